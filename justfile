@@ -1,0 +1,52 @@
+# ClickHouse state backend for Meltano, as a WebAssembly component.
+# `just` lists the recipes. On a fresh machine start with `tests/bootstrap.sh <recipe>`.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+python := ".venv/bin/python"
+clickhouse_port := env("LOCAL_CLICKHOUSE_PORT", "8123")
+# Every integration test and the demo read this; point it elsewhere (e.g. ClickHouse Cloud)
+# to run them there.
+export CLICKHOUSE_URL := env("CLICKHOUSE_URL", "http://default:@127.0.0.1:" + clickhouse_port)
+
+# List the recipes
+default:
+    @just --list --unsorted
+
+# Install what is missing: Python venv (chDB, pytest, just), wasm32-wasip2 target
+setup:
+    tests/bootstrap.sh
+
+# Run the local ClickHouse in the foreground (Ctrl-C stops it)
+clickhouse *ARGS: setup
+    {{python}} tests/clickhouse/server.py --port {{clickhouse_port}} --data .local/clickhouse --init-db meltano {{ARGS}}
+
+# Start the local ClickHouse in the background, unless it already answers; waits for /ping
+clickhouse-start: setup
+    {{python}} tests/clickhouse/ctl.py start --port {{clickhouse_port}} --init-db meltano
+
+# Stop the local ClickHouse started by clickhouse-start
+clickhouse-stop:
+    {{python}} tests/clickhouse/ctl.py stop
+
+# Conformance tests of the ClickHouse HTTP endpoint at $CLICKHOUSE_URL
+test-clickhouse: setup
+    cd tests/clickhouse && ../../{{python}} -m pytest -q
+
+# Every test: starts the local ClickHouse if needed (and stops it again if it started it)
+test: setup
+    #!/usr/bin/env bash
+    set -euo pipefail
+    started=""
+    if [[ "$CLICKHOUSE_URL" == *"127.0.0.1:{{clickhouse_port}}"* ]] && ! {{python}} tests/clickhouse/ctl.py status --port {{clickhouse_port}} >/dev/null; then
+        {{just_executable()}} clickhouse-start
+        started=1
+    fi
+    trap '[[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
+    {{just_executable()}} test-clickhouse
+    cargo test --workspace
+
+# Formatting and lints, as CI checks them
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
