@@ -29,12 +29,25 @@ clickhouse-start: setup
 clickhouse-stop:
     {{python}} tests/clickhouse/ctl.py stop
 
+# Build the guest component (wasm32-wasip2, size-optimised)
+guest: setup
+    cargo build -p clickhouse-state-guest --target wasm32-wasip2 --profile release-guest
+    @ls -l target/wasm32-wasip2/release-guest/clickhouse_state.wasm | awk '{print "component: " $NF " (" $5 " bytes)"}'
+
+# Build the guest and the host CLI (target/debug/state-backend)
+build: guest
+    cargo build -p meltano-state-host
+
+# Run the CLI, e.g. `just cli list --pattern 'dev:*'`
+cli *ARGS: build
+    target/debug/state-backend {{ARGS}}
+
 # Conformance tests of the ClickHouse HTTP endpoint at $CLICKHOUSE_URL
 test-clickhouse: setup
     cd tests/clickhouse && ../../{{python}} -m pytest -q
 
 # Every test: starts the local ClickHouse if needed (and stops it again if it started it)
-test: setup
+test: guest
     #!/usr/bin/env bash
     set -euo pipefail
     started=""

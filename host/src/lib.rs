@@ -1,1 +1,26 @@
-pub fn placeholder() {}
+//! Host of the ClickHouse state backend component: load it once, make instances, call the
+//! contract as plain async Rust.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), state_host::Error> {
+//! use state_host::{Runtime, RuntimeOptions, State};
+//! let runtime = Runtime::load(&state_host::default_component_path(), RuntimeOptions::default())?;
+//! let mut backend = runtime
+//!     .open("clickhouse://default:@127.0.0.1:8123/default", vec![])
+//!     .await?;
+//! backend.set(&State::completed("dev:tap-a-to-target-b", r#"{"singer_state":{}}"#)).await?;
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod bindings;
+pub mod clock;
+pub mod egress;
+mod error;
+mod runtime;
+pub mod settings;
+mod state;
+
+pub use backend::{Backend, Lock, State};
+pub use error::{Error, LockInfo, Result};
+pub use runtime::{COMPONENT_ENV, COMPONENT_FILE, Runtime, RuntimeOptions, default_component_path};

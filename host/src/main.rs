@@ -1,1 +1,411 @@
-fn main() {}
+//! `state-backend`: Meltano's `meltano state` commands, run through the component.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{Map, Value, json};
+use state_host::{Backend, Error, Runtime, RuntimeOptions, State, settings};
+
+/// The local ClickHouse that `just clickhouse-start` runs.
+const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
+
+#[derive(Parser)]
+#[command(
+    name = "state-backend",
+    version,
+    about = "Meltano state in ClickHouse, through the sandboxed WebAssembly component",
+    long_about = "Meltano state in ClickHouse, through the sandboxed WebAssembly component.\n\n\
+        The commands mirror `meltano state`. Output is JSON on stdout; an error is one line on \
+        stderr and a non-zero exit code (2 bad input or configuration, 3 unauthorized, \
+        4 unreachable or timeout, 5 locked, 1 anything else).\n\n\
+        Settings, highest precedence first: --setting flags, the CLICKHOUSE_HOST, _PORT, \
+        _DATABASE, _USER, _PASSWORD, _SECURE, _SCHEMA and _TABLE environment variables, then \
+        the URI."
+)]
+struct Cli {
+    /// Where the state lives: clickhouse://user:password@host:port/database[?secure=true]
+    #[arg(long, env = "MELTANO_STATE_BACKEND_URI", default_value = DEFAULT_URI, hide_env_values = true, hide_default_value = true)]
+    uri: String,
+
+    /// A setting that overrides the URI: host, port, database, user, password, secure, schema,
+    /// table, lock_timeout_seconds, lock_retry_seconds (repeatable)
+    #[arg(long = "setting", short = 's', value_name = "NAME=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
+
+    /// The component to load [default: the built guest, or $STATE_BACKEND_COMPONENT]
+    #[arg(long, value_name = "PATH")]
+    component: Option<PathBuf>,
+
+    /// Log level for host and guest diagnostics on stderr (error, warn, info, debug)
+    #[arg(long, default_value = "warn", value_name = "LEVEL")]
+    log: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List state ids, all or those matching a glob (*, ?, [seq], [!seq])
+    List {
+        #[arg(long)]
+        pattern: Option<String>,
+    },
+    /// Print the state of an id as Meltano hands it to a tap (partial over completed)
+    Get {
+        state_id: String,
+        /// Print the stored parts instead: {"completed": ..., "partial": ...}
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Replace the state of an id with a complete state ({"singer_state": ...})
+    Set {
+        state_id: String,
+        #[command(flatten)]
+        input: StateInput,
+    },
+    /// Merge a partial state into the stored one, under the lock (Meltano's update)
+    Merge {
+        state_id: String,
+        #[command(flatten)]
+        input: StateInput,
+        /// Merge the state of another id instead of a JSON document
+        #[arg(long, conflicts_with_all = ["json", "input_file"])]
+        from_state_id: Option<String>,
+    },
+    /// Copy the state of one id onto another
+    Copy { src: String, dst: String },
+    /// Move the state of one id to another
+    Move { src: String, dst: String },
+    /// Clear the state of an id (under its lock), or of every id with --all
+    Clear {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        state_id: Option<String>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Print states as {"<id>": {"completed": ..., "partial": ...}, ...}
+    Export {
+        #[arg(long)]
+        pattern: Option<String>,
+    },
+    /// Write states from `export` output (a file, or stdin), in one insert
+    Import {
+        /// The file to read [default: stdin]
+        file: Option<PathBuf>,
+    },
+    /// Take the lock of an id, hold it, release it (for scripts and demos)
+    Lock {
+        state_id: String,
+        /// How long to hold it, in seconds
+        #[arg(long, default_value = "0")]
+        hold: f64,
+    },
+    /// Create the schema if it is missing (runs on first use anyway)
+    Migrate,
+}
+
+#[derive(Args)]
+struct StateInput {
+    /// The state as JSON; omit it to read --input-file or stdin
+    json: Option<String>,
+    /// Read the state from this file
+    #[arg(long, conflicts_with = "json")]
+    input_file: Option<PathBuf>,
+}
+
+fn parse_setting(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=VALUE, got '{}'", name_only(text)))?;
+    Ok((name.trim().to_string(), value.to_string()))
+}
+
+/// Never echo a value (it may be a password).
+fn name_only(text: &str) -> &str {
+    text.split('=').next().unwrap_or("")
+}
+
+/// A failure of the CLI itself, or of the backend.
+enum Failure {
+    Usage(String),
+    Backend(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Backend(e)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(output) => {
+            let mut stdout = std::io::stdout().lock();
+            let written = serde_json::to_writer_pretty(&mut stdout, &output)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(stdout));
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the output: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Err(Failure::Usage(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Backend(error)) => {
+            eprintln!("error: {}", one_line(&error.to_string()));
+            ExitCode::from(match error {
+                Error::InvalidConfig(_) | Error::InvalidInput(_) => 2,
+                Error::Unauthorized(_) => 3,
+                Error::Unreachable(_) | Error::Timeout(_) => 4,
+                Error::Locked(_) | Error::LockLost(_) => 5,
+                Error::Server { .. } | Error::Component(_) => 1,
+            })
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+async fn run(cli: Cli) -> Result<Value, Failure> {
+    let component = cli
+        .component
+        .clone()
+        .unwrap_or_else(state_host::default_component_path);
+    let runtime = Runtime::load(&component, RuntimeOptions::default())?;
+    let env = settings::from_env(|var| std::env::var(var).ok());
+    let all_settings = settings::layered(env, cli.settings.clone());
+    let mut backend = runtime.open(&cli.uri, all_settings).await?;
+    let output = execute(&mut backend, cli.command).await;
+    let closed = backend.close().await;
+    let output = output?;
+    closed?;
+    Ok(output)
+}
+
+async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failure> {
+    match command {
+        Command::List { pattern } => Ok(json!(backend.state_ids(pattern.as_deref()).await?)),
+        Command::Get { state_id, raw } => {
+            let state = backend.get(&state_id).await?;
+            Ok(match (state, raw) {
+                (None, _) => json!({}),
+                (Some(state), true) => parts(&state)?,
+                (Some(state), false) => merged_view(&state)?,
+            })
+        }
+        Command::Set { state_id, input } => {
+            let document = read_state(&input)?;
+            validate_singer_state(&document)?;
+            backend
+                .set(&State::completed(&state_id, document.to_string()))
+                .await?;
+            Ok(json!({"state_id": state_id, "action": "set"}))
+        }
+        Command::Merge {
+            state_id,
+            input,
+            from_state_id,
+        } => {
+            let document = match from_state_id {
+                Some(src) => match backend.get(&src).await? {
+                    Some(state) => merged_view(&state)?,
+                    None => return Err(Failure::Usage(format!("no state for '{src}'"))),
+                },
+                None => read_state(&input)?,
+            };
+            validate_singer_state(&document)?;
+            backend
+                .update(&State::partial(&state_id, document.to_string()))
+                .await?;
+            Ok(json!({"state_id": state_id, "action": "merge"}))
+        }
+        Command::Copy { src, dst } => {
+            copy(backend, &src, &dst).await?;
+            Ok(json!({"src": src, "dst": dst, "action": "copy"}))
+        }
+        Command::Move { src, dst } => {
+            copy(backend, &src, &dst).await?;
+            backend.clear(&src).await?;
+            Ok(json!({"src": src, "dst": dst, "action": "move"}))
+        }
+        Command::Clear { state_id, all } => {
+            if all {
+                progress("clearing every state...");
+                let count = backend.clear_all().await?;
+                Ok(json!({"cleared": count}))
+            } else {
+                let state_id = state_id.unwrap_or_default();
+                backend.clear(&state_id).await?;
+                Ok(json!({"cleared": 1, "state_id": state_id}))
+            }
+        }
+        Command::Export { pattern } => {
+            progress("reading states...");
+            let states = backend.get_all(pattern.as_deref()).await?;
+            progress(&format!("exported {} states", states.len()));
+            let mut out = Map::new();
+            for state in &states {
+                out.insert(state.state_id.clone(), parts(state)?);
+            }
+            Ok(Value::Object(out))
+        }
+        Command::Import { file } => {
+            let text = match file {
+                Some(path) => std::fs::read_to_string(&path)
+                    .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?,
+                None => read_stdin()?,
+            };
+            let document: Value = serde_json::from_str(&text)
+                .map_err(|e| Failure::Usage(format!("the import is not valid JSON: {e}")))?;
+            let Value::Object(entries) = document else {
+                return Err(Failure::Usage(
+                    "the import must be a JSON object of {\"<id>\": {\"completed\": ..., \"partial\": ...}}".into(),
+                ));
+            };
+            let mut states = Vec::with_capacity(entries.len());
+            for (state_id, entry) in entries {
+                let part = |name: &str| match entry.get(name) {
+                    None | Some(Value::Null) => Ok("{}".to_string()),
+                    Some(value @ Value::Object(_)) => Ok(value.to_string()),
+                    Some(_) => Err(Failure::Usage(format!(
+                        "'{state_id}': \"{name}\" must be a JSON object"
+                    ))),
+                };
+                states.push(State::new(
+                    state_id.clone(),
+                    part("partial")?,
+                    part("completed")?,
+                ));
+            }
+            progress(&format!("writing {} states in one insert...", states.len()));
+            let count = backend.set_all(&states).await?;
+            Ok(json!({"imported": count}))
+        }
+        Command::Lock { state_id, hold } => {
+            if !(0.0..=86_400.0).contains(&hold) {
+                return Err(Failure::Usage(
+                    "--hold must be between 0 and 86400 seconds".into(),
+                ));
+            }
+            let lock = backend.acquire_lock(&state_id).await?;
+            let token = lock.token;
+            eprintln!("locked {state_id:?}; holding for {hold} s");
+            tokio::time::sleep(Duration::from_secs_f64(hold)).await;
+            backend.release(lock).await?;
+            Ok(json!({"state_id": state_id, "token": token, "held_seconds": hold}))
+        }
+        Command::Migrate => {
+            backend.migrate().await?;
+            Ok(json!({"migrated": true}))
+        }
+    }
+}
+
+/// Copies the merged view of `src` onto `dst` as a complete state, as `meltano state copy` does.
+async fn copy(backend: &mut Backend, src: &str, dst: &str) -> Result<(), Failure> {
+    let Some(state) = backend.get(src).await? else {
+        return Err(Failure::Usage(format!("no state for '{src}'")));
+    };
+    let view = merged_view(&state)?;
+    backend
+        .set(&State::completed(dst, view.to_string()))
+        .await?;
+    Ok(())
+}
+
+/// What Meltano hands a tap: the partial state merged over the completed one.
+fn merged_view(state: &State) -> Result<Value, Failure> {
+    let mut completed = object(&state.completed)?;
+    clickhouse_state::merge::merge(object(&state.partial)?, &mut completed);
+    Ok(Value::Object(completed))
+}
+
+fn parts(state: &State) -> Result<Value, Failure> {
+    Ok(json!({"completed": object(&state.completed)?, "partial": object(&state.partial)?}))
+}
+
+fn object(text: &str) -> Result<Map<String, Value>, Failure> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(Failure::Backend(Error::Server {
+            code: 0,
+            name: "CORRUPT_STATE".into(),
+            message: "a stored state part is not a JSON object".into(),
+        })),
+    }
+}
+
+fn read_state(input: &StateInput) -> Result<Value, Failure> {
+    let text = match (&input.json, &input.input_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?,
+        (None, None) => read_stdin()?,
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        Failure::Backend(Error::InvalidInput(format!(
+            "the state is not valid JSON: {e}"
+        )))
+    })
+}
+
+/// Meltano's own check on `state set` and `state merge`.
+fn validate_singer_state(document: &Value) -> Result<(), Failure> {
+    match document {
+        Value::Object(map) if map.contains_key("singer_state") => Ok(()),
+        Value::Object(_) => Err(Failure::Backend(Error::InvalidInput(
+            "singer_state not found in top level of provided state".into(),
+        ))),
+        _ => Err(Failure::Backend(Error::InvalidInput(
+            "the state must be a JSON object".into(),
+        ))),
+    }
+}
+
+fn read_stdin() -> Result<String, Failure> {
+    if std::io::stdin().is_terminal() {
+        eprintln!("reading JSON from stdin (end with Ctrl-D)...");
+    }
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| Failure::Usage(format!("cannot read stdin: {e}")))?;
+    Ok(text)
+}
+
+/// Progress for bulk commands, on stderr, when a person is watching.
+fn progress(message: &str) {
+    if std::io::stderr().is_terminal() {
+        eprintln!("{message}");
+    }
+}

@@ -1,1 +1,190 @@
+//! Helpers for the integration tests: where ClickHouse is, a shared compiled component, tables
+//! of each test's own, and a raw HTTP path to ClickHouse that bypasses the component.
+//!
+//! Every test reads `CLICKHOUSE_URL` (default `http://default:@127.0.0.1:8123`, the local
+//! ClickHouse), so the same suite runs against any ClickHouse, ClickHouse Cloud included.
 
+use std::sync::{Arc, OnceLock};
+
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use state_host::{Backend, Runtime, RuntimeOptions};
+
+pub use state_host;
+
+pub const DEFAULT_URL: &str = "http://default:@127.0.0.1:8123";
+/// The schema (database) the tests put their tables in.
+pub const SCHEMA: &str = "meltano_test";
+
+/// The ClickHouse under test.
+#[derive(Clone)]
+pub struct Target {
+    pub secure: bool,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+}
+
+impl Target {
+    pub fn from_env() -> Target {
+        let text = std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| DEFAULT_URL.to_string());
+        let url = url::Url::parse(&text).expect("CLICKHOUSE_URL is a URL");
+        let secure = url.scheme() == "https";
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .expect("utf-8")
+                .into_owned()
+        };
+        Target {
+            secure,
+            host: url
+                .host_str()
+                .expect("CLICKHOUSE_URL has a host")
+                .to_string(),
+            port: url.port().unwrap_or(if secure { 8443 } else { 8123 }),
+            user: match url.username() {
+                "" => "default".to_string(),
+                u => decode(u),
+            },
+            password: decode(url.password().unwrap_or("")),
+        }
+    }
+
+    /// The component's URI for this ClickHouse (database `default`).
+    pub fn uri(&self) -> String {
+        self.uri_with_password(&self.password)
+    }
+
+    pub fn uri_with_password(&self, password: &str) -> String {
+        format!(
+            "clickhouse://{}:{}@{}:{}/default{}",
+            utf8_percent_encode(&self.user, NON_ALPHANUMERIC),
+            utf8_percent_encode(password, NON_ALPHANUMERIC),
+            self.host,
+            self.port,
+            if self.secure { "?secure=true" } else { "" }
+        )
+    }
+
+    pub fn base_url(&self) -> String {
+        format!(
+            "{}://{}:{}",
+            if self.secure { "https" } else { "http" },
+            self.host,
+            self.port
+        )
+    }
+
+    /// Runs SQL over plain HTTP, bypassing the component. Returns the body, or the status and
+    /// body of an error.
+    pub fn query(&self, sql: &str) -> Result<String, (u16, String)> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut response = agent
+            .post(&format!("{}/?wait_end_of_query=1", self.base_url()))
+            .header("X-ClickHouse-User", &self.user)
+            .header("X-ClickHouse-Key", &self.password)
+            .send(sql)
+            .map_err(|e| (0, e.to_string()))?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| (status, e.to_string()))?;
+        if status == 200 {
+            Ok(body)
+        } else {
+            Err((status, body))
+        }
+    }
+
+    pub fn must(&self, sql: &str) -> String {
+        match self.query(sql) {
+            Ok(body) => body,
+            Err((status, body)) => panic!("{sql}: HTTP {status}: {body}"),
+        }
+    }
+}
+
+/// The component, compiled once per test binary.
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        let path = state_host::default_component_path();
+        Runtime::load(&path, RuntimeOptions::default())
+            .unwrap_or_else(|e| panic!("{e}; build the guest first (`just guest`)"))
+    })
+}
+
+/// A state table of the test's own (and its lock table), dropped at the end.
+pub struct TestTable {
+    pub target: Target,
+    pub name: String,
+}
+
+impl TestTable {
+    pub fn new(label: &str) -> Arc<TestTable> {
+        let target = Target::from_env();
+        let name = format!(
+            "t_{label}_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..10]
+        );
+        Arc::new(TestTable { target, name })
+    }
+
+    /// Settings that point a backend at this table.
+    pub fn settings(&self) -> Vec<(String, String)> {
+        vec![
+            ("schema".into(), SCHEMA.into()),
+            ("table".into(), self.name.clone()),
+        ]
+    }
+
+    pub fn with(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut settings = self.settings();
+        settings.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        settings
+    }
+
+    pub async fn open(&self) -> Backend {
+        self.open_with(&[]).await
+    }
+
+    pub async fn open_with(&self, extra: &[(&str, &str)]) -> Backend {
+        runtime()
+            .open(&self.target.uri(), self.with(extra))
+            .await
+            .expect("open")
+    }
+
+    pub fn qualified(&self) -> String {
+        format!("{SCHEMA}.{}", self.name)
+    }
+
+    /// Rows physically in the table (all versions), bypassing the component.
+    pub fn raw_rows(&self) -> u64 {
+        self.target
+            .must(&format!("SELECT count() FROM {}", self.qualified()))
+            .trim()
+            .parse()
+            .expect("a count")
+    }
+}
+
+impl Drop for TestTable {
+    fn drop(&mut self) {
+        for table in [self.name.clone(), format!("{}_lock", self.name)] {
+            let _ = self
+                .target
+                .query(&format!("DROP TABLE IF EXISTS {SCHEMA}.{table}"));
+        }
+    }
+}
+
+/// Parses JSON text (for comparing states regardless of formatting).
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}

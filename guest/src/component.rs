@@ -1,0 +1,201 @@
+//! Binding glue: the WIT world onto the plain-Rust [`Store`]. Nothing else lives here.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use crate::error::Error;
+use crate::lock::{self, LockHandle};
+use crate::store::{Host, Level, State, Store};
+use crate::wasi_http::WasiHttp;
+
+wit_bindgen::generate!({
+    path: "../wit",
+    world: "clickhouse-state-backend",
+    generate_all,
+});
+
+use exports::meltano::state_backend::backend::{self as api, Guest, GuestLock, GuestStore};
+use meltano::state_backend::{clock, log, types as wit};
+
+/// Time, randomness and logging from the host's imports.
+pub struct WasiHost;
+
+impl Host for WasiHost {
+    fn now_ms(&self) -> u64 {
+        clock::now_ms()
+    }
+    fn sleep_ms(&self, ms: u64) {
+        clock::sleep_ms(ms)
+    }
+    fn random_u128(&self) -> u128 {
+        let high = wasi::random::random::get_random_u64() as u128;
+        let low = wasi::random::random::get_random_u64() as u128;
+        (high << 64) | low
+    }
+    fn log(&self, level: Level, message: &str) {
+        let level = match level {
+            Level::Debug => log::Level::Debug,
+            Level::Info => log::Level::Info,
+            Level::Warn => log::Level::Warn,
+            Level::Error => log::Level::Error,
+        };
+        log::log(level, message);
+    }
+}
+
+type Inner = Store<WasiHttp, WasiHost>;
+
+struct Component;
+
+impl Guest for Component {
+    type Store = StoreResource;
+    type Lock = LockResource;
+}
+
+pub struct StoreResource {
+    inner: Rc<Inner>,
+}
+
+pub struct LockResource {
+    store: Rc<Inner>,
+    handle: LockHandle,
+    released: Cell<bool>,
+}
+
+impl GuestStore for StoreResource {
+    fn open(uri: String, settings: Vec<(String, String)>) -> Result<api::Store, wit::Error> {
+        let inner = Store::open(&uri, &settings, WasiHttp, WasiHost).map_err(to_wit)?;
+        Ok(api::Store::new(StoreResource {
+            inner: Rc::new(inner),
+        }))
+    }
+
+    fn get(&self, state_id: String) -> Result<Option<wit::State>, wit::Error> {
+        self.inner
+            .get(&state_id)
+            .map(|s| s.map(state_to_wit))
+            .map_err(to_wit)
+    }
+
+    fn set(&self, state: wit::State) -> Result<(), wit::Error> {
+        self.inner.set(&state_from_wit(state)).map_err(to_wit)
+    }
+
+    fn update(&self, state: wit::State) -> Result<(), wit::Error> {
+        self.inner.update(&state_from_wit(state)).map_err(to_wit)
+    }
+
+    fn delete(&self, state_id: String) -> Result<(), wit::Error> {
+        self.inner.delete(&state_id).map_err(to_wit)
+    }
+
+    fn clear(&self, state_id: String) -> Result<(), wit::Error> {
+        self.inner.clear(&state_id).map_err(to_wit)
+    }
+
+    fn state_ids(&self, pattern: Option<String>) -> Result<Vec<String>, wit::Error> {
+        self.inner.state_ids(pattern.as_deref()).map_err(to_wit)
+    }
+
+    fn get_all(&self, pattern: Option<String>) -> Result<Vec<wit::State>, wit::Error> {
+        self.inner
+            .get_all(pattern.as_deref())
+            .map(|all| all.into_iter().map(state_to_wit).collect())
+            .map_err(to_wit)
+    }
+
+    fn set_all(&self, states: Vec<wit::State>) -> Result<u64, wit::Error> {
+        let states: Vec<State> = states.into_iter().map(state_from_wit).collect();
+        self.inner.set_all(&states).map_err(to_wit)
+    }
+
+    fn clear_all(&self) -> Result<u64, wit::Error> {
+        self.inner.clear_all().map_err(to_wit)
+    }
+
+    fn acquire_lock(&self, state_id: String) -> Result<api::Lock, wit::Error> {
+        crate::store::validate_state_id(&state_id).map_err(to_wit)?;
+        let handle = lock::acquire(&self.inner, &state_id).map_err(to_wit)?;
+        Ok(api::Lock::new(LockResource {
+            store: Rc::clone(&self.inner),
+            handle,
+            released: Cell::new(false),
+        }))
+    }
+
+    fn migrate(&self) -> Result<(), wit::Error> {
+        self.inner.migrate().map_err(to_wit)
+    }
+}
+
+impl GuestLock for LockResource {
+    fn state_id(&self) -> String {
+        self.handle.state_id.clone()
+    }
+
+    fn token(&self) -> u64 {
+        self.handle.token
+    }
+
+    fn release(&self) -> Result<(), wit::Error> {
+        if self.released.replace(true) {
+            return Ok(());
+        }
+        lock::release(&self.store, &self.handle).map_err(to_wit)
+    }
+}
+
+impl Drop for LockResource {
+    fn drop(&mut self) {
+        if !self.released.get() {
+            // Best effort: a lock nobody releases still expires with its lease.
+            if let Err(e) = lock::release(&self.store, &self.handle) {
+                WasiHost.log(
+                    Level::Warn,
+                    &format!("releasing a dropped lock failed: {e}"),
+                );
+            }
+        }
+    }
+}
+
+fn state_to_wit(state: State) -> wit::State {
+    wit::State {
+        state_id: state.state_id,
+        partial: state.partial,
+        completed: state.completed,
+    }
+}
+
+fn state_from_wit(state: wit::State) -> State {
+    State {
+        state_id: state.state_id,
+        partial: state.partial,
+        completed: state.completed,
+    }
+}
+
+fn to_wit(error: Error) -> wit::Error {
+    match error {
+        Error::InvalidConfig(m) => wit::Error::InvalidConfig(m),
+        Error::InvalidInput(m) => wit::Error::InvalidInput(m),
+        Error::Unauthorized(m) => wit::Error::Unauthorized(m),
+        Error::Unreachable(m) => wit::Error::Unreachable(m),
+        Error::Timeout(m) => wit::Error::Timeout(m),
+        Error::Locked(info) => wit::Error::Locked(wit::LockInfo {
+            state_id: info.state_id,
+            owner: info.owner,
+            token: info.token,
+            acquired_at_ms: info.acquired_at_ms,
+            expires_at_ms: info.expires_at_ms,
+        }),
+        Error::LockLost(m) => wit::Error::LockLost(m),
+        Error::Server(e) => wit::Error::Server(wit::ServerError {
+            code: e.code,
+            name: e.name,
+            message: e.message,
+        }),
+    }
+}
+
+export!(Component);

@@ -1,0 +1,466 @@
+//! Where the state lives and how to log in: a `clickhouse://` URI plus settings that override it.
+//!
+//! ```text
+//! clickhouse://user:password@host:port/database[?secure=true]
+//! ```
+//! User and password are percent-decoded. Settings (`host`, `port`, `database`, `user`,
+//! `password`, `secure`, `schema`, `table`, `lock_timeout_seconds`, `lock_retry_seconds`) win
+//! over the URI. `secure` means https, on port 8443 unless a port is given.
+//!
+//! The host compiles this module natively too, so the authority it allows is exactly the one the
+//! guest will call.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+pub const DEFAULT_SCHEMA: &str = "meltano";
+pub const DEFAULT_TABLE: &str = "state";
+pub const HTTP_PORT: u16 = 8123;
+pub const HTTPS_PORT: u16 = 8443;
+/// The original backend gives up acquiring a lock after 30 s.
+pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
+pub const DEFAULT_LOCK_RETRY_MS: u64 = 1_000;
+
+/// The settings a caller may pass to `open`.
+pub const SETTING_NAMES: &[&str] = &[
+    "host",
+    "port",
+    "database",
+    "user",
+    "password",
+    "secure",
+    "schema",
+    "table",
+    "lock_timeout_seconds",
+    "lock_retry_seconds",
+];
+
+/// A password. Its `Debug` and `Display` never show it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// http or https.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// A parsed, validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub scheme: Scheme,
+    /// Host name or IP address; IPv6 addresses without brackets.
+    pub host: String,
+    pub port: u16,
+    /// The database the connection uses (`database` URL parameter).
+    pub database: String,
+    pub user: String,
+    pub password: Secret,
+    /// The database that holds the state tables.
+    pub schema: String,
+    pub table: String,
+    pub lock_timeout_ms: u64,
+    pub lock_retry_ms: u64,
+}
+
+impl Config {
+    /// Parses `uri` and applies `settings` over it.
+    pub fn parse(uri: &str, settings: &[(String, String)]) -> Result<Config> {
+        let mut parts = UriParts::parse(uri)?;
+        for (name, value) in settings {
+            parts.apply(name, value)?;
+        }
+        parts.finish()
+    }
+
+    /// `host:port`, with brackets around an IPv6 address.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// `scheme://host:port`, for messages (never with credentials).
+    pub fn endpoint(&self) -> String {
+        format!("{}://{}", self.scheme.as_str(), self.authority())
+    }
+
+    /// The lock table of the original backend: `<table>_lock`.
+    pub fn lock_table(&self) -> String {
+        format!("{}_lock", self.table)
+    }
+}
+
+/// What the URI and settings said, before defaults and validation.
+#[derive(Default)]
+struct UriParts {
+    secure: Option<bool>,
+    host: Option<String>,
+    port: Option<u16>,
+    database: Option<String>,
+    user: Option<String>,
+    password: Option<Secret>,
+    schema: Option<String>,
+    table: Option<String>,
+    lock_timeout_ms: Option<u64>,
+    lock_retry_ms: Option<u64>,
+}
+
+impl UriParts {
+    fn parse(uri: &str) -> Result<UriParts> {
+        // Never echo the URI: it may carry the password.
+        let url = url::Url::parse(uri).map_err(|e| {
+            Error::InvalidConfig(format!(
+                "the URI is not valid ({e}); expected clickhouse://user:password@host:port/database"
+            ))
+        })?;
+        let mut parts = UriParts::default();
+        match url.scheme() {
+            "clickhouse" => {}
+            "http" => parts.secure = Some(false),
+            "https" => parts.secure = Some(true),
+            other => {
+                return Err(Error::InvalidConfig(format!(
+                    "unknown URI scheme '{other}'; expected clickhouse://, http:// or https://"
+                )));
+            }
+        }
+        parts.host = match url.host() {
+            Some(url::Host::Ipv6(addr)) => Some(addr.to_string()),
+            Some(host) => Some(decode(&host.to_string(), "host")?),
+            None => None,
+        };
+        parts.port = url.port();
+        if !url.username().is_empty() {
+            parts.user = Some(decode(url.username(), "user")?);
+        }
+        if let Some(password) = url.password() {
+            parts.password = Some(Secret::new(decode(password, "password")?));
+        }
+        let path = url.path().trim_start_matches('/');
+        if !path.is_empty() {
+            if path.contains('/') {
+                return Err(Error::InvalidConfig(
+                    "the URI path must be a single database name".into(),
+                ));
+            }
+            parts.database = Some(decode(path, "database")?);
+        }
+        for (name, value) in url.query_pairs() {
+            match name.as_ref() {
+                "secure" => parts.secure = Some(parse_bool("secure", &value)?),
+                other => {
+                    return Err(Error::InvalidConfig(format!(
+                        "unknown URI parameter '{other}'; only 'secure' is accepted (use settings for the rest)"
+                    )));
+                }
+            }
+        }
+        Ok(parts)
+    }
+
+    fn apply(&mut self, name: &str, value: &str) -> Result<()> {
+        match name {
+            "host" => self.host = Some(value.to_string()),
+            "port" => self.port = Some(parse_port(value)?),
+            "database" => self.database = Some(value.to_string()),
+            "user" => self.user = Some(value.to_string()),
+            "password" => self.password = Some(Secret::new(value)),
+            "secure" => self.secure = Some(parse_bool("secure", value)?),
+            "schema" => self.schema = Some(value.to_string()),
+            "table" => self.table = Some(value.to_string()),
+            "lock_timeout_seconds" => {
+                self.lock_timeout_ms = Some(parse_seconds(name, value, true)?);
+            }
+            "lock_retry_seconds" => self.lock_retry_ms = Some(parse_seconds(name, value, false)?),
+            other => {
+                return Err(Error::InvalidConfig(format!(
+                    "unknown setting '{other}'; known settings: {}",
+                    SETTING_NAMES.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Config> {
+        let scheme = if self.secure.unwrap_or(false) {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
+        let host = self
+            .host
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| Error::InvalidConfig("missing host".into()))?;
+        let port = self.port.unwrap_or(match scheme {
+            Scheme::Http => HTTP_PORT,
+            Scheme::Https => HTTPS_PORT,
+        });
+        if port == 0 {
+            return Err(Error::InvalidConfig("invalid port 0".into()));
+        }
+        let user = self.user.filter(|u| !u.is_empty()).ok_or_else(|| {
+            Error::InvalidConfig("missing user (in the URI or the 'user' setting)".into())
+        })?;
+        let database = self.database.filter(|d| !d.is_empty()).ok_or_else(|| {
+            Error::InvalidConfig(
+                "missing database (the URI path, e.g. clickhouse://host:8123/default, or the 'database' setting)".into(),
+            )
+        })?;
+        let schema = self.schema.unwrap_or_else(|| DEFAULT_SCHEMA.into());
+        let table = self.table.unwrap_or_else(|| DEFAULT_TABLE.into());
+        validate_identifier("schema", &schema)?;
+        validate_identifier("table", &table)?;
+        if table.len() > 200 {
+            return Err(Error::InvalidConfig("table name is too long".into()));
+        }
+        Ok(Config {
+            scheme,
+            host,
+            port,
+            database,
+            user,
+            password: self.password.unwrap_or_default(),
+            schema,
+            table,
+            lock_timeout_ms: self.lock_timeout_ms.unwrap_or(DEFAULT_LOCK_TIMEOUT_MS),
+            lock_retry_ms: self.lock_retry_ms.unwrap_or(DEFAULT_LOCK_RETRY_MS),
+        })
+    }
+}
+
+fn decode(value: &str, what: &str) -> Result<String> {
+    percent_encoding::percent_decode_str(value)
+        .decode_utf8()
+        .map(|v| v.into_owned())
+        .map_err(|_| {
+            Error::InvalidConfig(format!(
+                "the URI's {what} is not valid UTF-8 after percent-decoding"
+            ))
+        })
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" | "" => Ok(false),
+        _ => Err(Error::InvalidConfig(format!(
+            "'{name}' must be true or false, not '{value}'"
+        ))),
+    }
+}
+
+fn parse_port(value: &str) -> Result<u16> {
+    match value.trim().parse::<u16>() {
+        Ok(port) if port > 0 => Ok(port),
+        _ => Err(Error::InvalidConfig(format!(
+            "invalid port '{value}': expected a number from 1 to 65535"
+        ))),
+    }
+}
+
+fn parse_seconds(name: &str, value: &str, zero_ok: bool) -> Result<u64> {
+    let seconds: f64 = value.trim().parse().map_err(|_| {
+        Error::InvalidConfig(format!(
+            "'{name}' must be a number of seconds, not '{value}'"
+        ))
+    })?;
+    if !seconds.is_finite() || seconds < 0.0 || (!zero_ok && seconds == 0.0) || seconds > 86_400.0 {
+        return Err(Error::InvalidConfig(format!(
+            "'{name}' is out of range: {value}"
+        )));
+    }
+    Ok((seconds * 1000.0).round() as u64)
+}
+
+/// Names of databases and tables: plain identifiers only, so no quoting trick can matter.
+pub fn validate_identifier(what: &str, name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let valid = match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {
+            chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }
+        _ => false,
+    };
+    if valid && name.len() <= 206 {
+        Ok(())
+    } else {
+        Err(Error::InvalidConfig(format!(
+            "{what} name {name:?} is not allowed: use letters, digits and underscores, starting with a letter or underscore"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn err(uri: &str, pairs: &[(&str, &str)]) -> String {
+        match Config::parse(uri, &settings(pairs)) {
+            Err(Error::InvalidConfig(m)) => m,
+            other => panic!("expected invalid-config, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_a_full_uri() {
+        let c = Config::parse(
+            "clickhouse://bob:s%40cret%2F1@db.example:9000/analytics",
+            &[],
+        )
+        .expect("valid");
+        assert_eq!(c.scheme, Scheme::Http);
+        assert_eq!(c.host, "db.example");
+        assert_eq!(c.port, 9000);
+        assert_eq!(c.user, "bob");
+        assert_eq!(c.password.expose(), "s@cret/1");
+        assert_eq!(c.database, "analytics");
+        assert_eq!(c.schema, "meltano");
+        assert_eq!(c.table, "state");
+        assert_eq!(c.lock_timeout_ms, 30_000);
+        assert_eq!(c.authority(), "db.example:9000");
+    }
+
+    #[test]
+    fn percent_decodes_user() {
+        let c = Config::parse("clickhouse://us%20er:p@h/db", &[]).expect("valid");
+        assert_eq!(c.user, "us er");
+    }
+
+    #[test]
+    fn default_ports_follow_secure() {
+        let c = Config::parse("clickhouse://u@h/db", &[]).expect("valid");
+        assert_eq!((c.scheme, c.port), (Scheme::Http, 8123));
+        let c = Config::parse("clickhouse://u@h/db?secure=true", &[]).expect("valid");
+        assert_eq!((c.scheme, c.port), (Scheme::Https, 8443));
+        let c =
+            Config::parse("clickhouse://u@h/db", &settings(&[("secure", "true")])).expect("valid");
+        assert_eq!((c.scheme, c.port), (Scheme::Https, 8443));
+        let c = Config::parse("clickhouse://u@h:9443/db?secure=true", &[]).expect("valid");
+        assert_eq!((c.scheme, c.port), (Scheme::Https, 9443));
+        let c = Config::parse("https://u@h/db", &[]).expect("valid");
+        assert_eq!((c.scheme, c.port), (Scheme::Https, 8443));
+        let c = Config::parse(
+            "clickhouse://u@h/db?secure=true",
+            &settings(&[("secure", "false")]),
+        )
+        .expect("valid");
+        assert_eq!((c.scheme, c.port), (Scheme::Http, 8123));
+    }
+
+    #[test]
+    fn settings_override_the_uri() {
+        let c = Config::parse(
+            "clickhouse://u:p@h:1/db",
+            &settings(&[
+                ("host", "other"),
+                ("port", "2"),
+                ("database", "d2"),
+                ("user", "u2"),
+                ("password", "p2"),
+                ("schema", "s2"),
+                ("table", "t2"),
+                ("lock_timeout_seconds", "2.5"),
+                ("lock_retry_seconds", "0.1"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(
+            (
+                c.host.as_str(),
+                c.port,
+                c.database.as_str(),
+                c.user.as_str()
+            ),
+            ("other", 2, "d2", "u2")
+        );
+        assert_eq!(c.password.expose(), "p2");
+        assert_eq!((c.schema.as_str(), c.table.as_str()), ("s2", "t2"));
+        assert_eq!((c.lock_timeout_ms, c.lock_retry_ms), (2500, 100));
+        assert_eq!(c.lock_table(), "t2_lock");
+    }
+
+    #[test]
+    fn ipv6_hosts_keep_brackets_in_the_authority() {
+        let c = Config::parse("clickhouse://u@[::1]:8123/db", &[]).expect("valid");
+        assert_eq!(c.host, "::1");
+        assert_eq!(c.authority(), "[::1]:8123");
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        assert!(err("clickhouse://h:8123/db", &[]).contains("missing user"));
+        assert!(err("clickhouse://u@h:8123", &[]).contains("missing database"));
+        assert!(err("clickhouse://u@h:8123/", &[]).contains("missing database"));
+        assert!(err("clickhouse://u@h:99999/db", &[]).contains("not valid"));
+        assert!(err("clickhouse://u@h/db", &[("port", "abc")]).contains("invalid port 'abc'"));
+        assert!(err("clickhouse://u@h/db", &[("port", "0")]).contains("invalid port"));
+        assert!(err("postgres://u@h/db", &[]).contains("unknown URI scheme 'postgres'"));
+        assert!(err("clickhouse://u@h/db?foo=1", &[]).contains("unknown URI parameter 'foo'"));
+        assert!(err("clickhouse://u@h/db", &[("nope", "1")]).contains("unknown setting 'nope'"));
+        assert!(err("clickhouse://u@h/db", &[("secure", "maybe")]).contains("'secure'"));
+        assert!(err("clickhouse://u@h/db", &[("table", "a`b")]).contains("table name"));
+        assert!(err("clickhouse://u@h/db", &[("schema", "a.b")]).contains("schema name"));
+        assert!(err("clickhouse://u@h/db", &[("table", "a b")]).contains("table name"));
+        assert!(err("clickhouse://u@h/db", &[("table", "")]).contains("table name"));
+        assert!(
+            err("clickhouse://u@h/db", &[("lock_retry_seconds", "0")]).contains("out of range")
+        );
+        assert!(err("not a uri", &[]).contains("not valid"));
+    }
+
+    #[test]
+    fn errors_never_echo_the_password() {
+        let message = err("clickhouse://u:hunter2-secret@h:99999/db", &[]);
+        assert!(!message.contains("hunter2"), "{message}");
+        let message = err("foo://u:hunter2-secret@h/db", &[]);
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+
+    #[test]
+    fn debug_output_redacts_the_password() {
+        let c = Config::parse("clickhouse://u:hunter2-secret@h/db", &[]).expect("valid");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+    }
+}

@@ -1,0 +1,373 @@
+//! Every statement the backend sends, in one place.
+//!
+//! Identifiers are validated by `config` and backtick-quoted here; every value travels as a
+//! bound query parameter (`{name:Type}`), or as rows of JSON in an INSERT body. Nothing is ever
+//! spliced into SQL text.
+
+use crate::config::Config;
+use crate::glob::Filter;
+
+/// One request to ClickHouse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub sql: String,
+    /// Query parameters, raw values; the HTTP client escapes them.
+    pub params: Vec<(&'static str, String)>,
+    /// Settings for this query only.
+    pub settings: Vec<(&'static str, String)>,
+    /// INSERT data. When present, the SQL travels in the URL and this in the body.
+    pub data: Option<Vec<u8>>,
+}
+
+impl Query {
+    fn new(sql: String) -> Self {
+        Query {
+            sql,
+            params: Vec::new(),
+            settings: Vec::new(),
+            data: None,
+        }
+    }
+
+    fn param(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.params.push((name, value.into()));
+        self
+    }
+
+    fn setting(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.settings.push((name, value.into()));
+        self
+    }
+
+    /// Settings every write carries: synchronous inserts, so success means stored.
+    fn write(self) -> Self {
+        self.setting("async_insert", "0")
+    }
+
+    /// Reads answer in JSONEachRow with 64-bit numbers unquoted (servers before 25.8 quote them).
+    fn json(self) -> Self {
+        self.setting("output_format_json_quote_64bit_integers", "0")
+    }
+}
+
+/// `name` in backticks. Names are validated identifiers already; escaping is belt and braces.
+pub fn quote_identifier(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('`');
+    for c in name.chars() {
+        if c == '`' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('`');
+    out
+}
+
+/// A query parameter value as ClickHouse's HTTP interface takes it: TSV-escaped, so `\` is sent
+/// as `\\`, tab as `\t`, newline as `\n`.
+pub fn escape_param(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The statements of one configured store.
+#[derive(Debug, Clone)]
+pub struct Statements {
+    schema: String,
+    state: String,
+    lock: String,
+}
+
+impl Statements {
+    pub fn new(config: &Config) -> Self {
+        let schema = quote_identifier(&config.schema);
+        Statements {
+            state: format!("{schema}.{}", quote_identifier(&config.table)),
+            lock: format!("{schema}.{}", quote_identifier(&config.lock_table())),
+            schema,
+        }
+    }
+
+    // -- schema --
+
+    pub fn create_schema(&self) -> Query {
+        Query::new(format!("CREATE DATABASE IF NOT EXISTS {}", self.schema))
+    }
+
+    /// Exactly the original backend's table, so tables it created work unchanged.
+    pub fn create_state_table(&self) -> Query {
+        Query::new(format!(
+            "CREATE TABLE IF NOT EXISTS {} (state_id String, partial_state Nullable(String), \
+             completed_state Nullable(String), updated_at DateTime64(3) DEFAULT now64(3)) \
+             ENGINE = ReplacingMergeTree(updated_at) ORDER BY state_id",
+            self.state
+        ))
+    }
+
+    /// Exactly the original backend's lock table.
+    pub fn create_lock_table(&self) -> Query {
+        Query::new(format!(
+            "CREATE TABLE IF NOT EXISTS {} (state_id String, lock_id String, \
+             locked_at DateTime DEFAULT now()) ENGINE = ReplacingMergeTree(locked_at) \
+             ORDER BY state_id TTL locked_at + INTERVAL 300 SECOND",
+            self.lock
+        ))
+    }
+
+    // -- states --
+
+    /// One state, with its version: `{"partial_state", "completed_state", "updated_at_ms"}`.
+    pub fn get(&self, state_id: &str) -> Query {
+        Query::new(format!(
+            "SELECT partial_state, completed_state, toUnixTimestamp64Milli(updated_at) AS updated_at_ms \
+             FROM {} FINAL WHERE state_id = {{id:String}} LIMIT 1 FORMAT JSONEachRow",
+            self.state
+        ))
+        .param("id", state_id)
+        .json()
+    }
+
+    /// The newest version stored for one id (0 when none), one number in TSV.
+    pub fn version_of(&self, state_id: &str) -> Query {
+        Query::new(format!(
+            "SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {} WHERE state_id = {{id:String}}",
+            self.state
+        ))
+        .param("id", state_id)
+    }
+
+    /// The newest version stored for any id (0 when none), one number in TSV.
+    pub fn newest_version(&self) -> Query {
+        Query::new(format!(
+            "SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {}",
+            self.state
+        ))
+    }
+
+    /// Writes rows given as JSONEachRow (`state_id`, `partial_state`, `completed_state`,
+    /// `updated_at` as unix seconds with milliseconds). `token` makes the insert unique for
+    /// insert deduplication: a retry of the same write reuses it, a new write never does.
+    pub fn insert_states(&self, rows: Vec<u8>, token: &str) -> Query {
+        let mut query = Query::new(format!(
+            "INSERT INTO {} (state_id, partial_state, completed_state, updated_at) FORMAT JSONEachRow",
+            self.state
+        ))
+        .write()
+        .setting("insert_deduplication_token", token);
+        query.data = Some(rows);
+        query
+    }
+
+    pub fn delete(&self, state_id: &str) -> Query {
+        Query::new(format!(
+            "DELETE FROM {} WHERE state_id = {{id:String}}",
+            self.state
+        ))
+        .param("id", state_id)
+        .write()
+        .setting("mutations_sync", "2")
+    }
+
+    /// Matching ids, sorted, as JSONEachRow `{"state_id"}`.
+    pub fn state_ids(&self, filter: &Filter) -> Query {
+        let (condition, query) = where_filter(filter);
+        Query {
+            sql: format!(
+                "SELECT state_id FROM {} FINAL{condition} ORDER BY state_id FORMAT JSONEachRow",
+                self.state
+            ),
+            ..query
+        }
+        .json()
+    }
+
+    /// Matching states, sorted by id, as JSONEachRow.
+    pub fn get_all(&self, filter: &Filter) -> Query {
+        let (condition, query) = where_filter(filter);
+        Query {
+            sql: format!(
+                "SELECT state_id, partial_state, completed_state FROM {} FINAL{condition} \
+                 ORDER BY state_id FORMAT JSONEachRow",
+                self.state
+            ),
+            ..query
+        }
+        .json()
+    }
+
+    pub fn count(&self) -> Query {
+        Query::new(format!("SELECT count() FROM {} FINAL", self.state))
+    }
+
+    pub fn truncate(&self) -> Query {
+        Query::new(format!("TRUNCATE TABLE {}", self.state)).write()
+    }
+
+    // -- the original backend's lock --
+
+    /// Removes candidates older than `cutoff_s` (unix seconds).
+    pub fn lock_delete_stale(&self, state_id: &str, cutoff_s: u64) -> Query {
+        Query::new(format!(
+            "DELETE FROM {} WHERE state_id = {{id:String}} AND locked_at < toDateTime({{cutoff:UInt32}})",
+            self.lock
+        ))
+        .param("id", state_id)
+        .param("cutoff", cutoff_s.to_string())
+        .write()
+        .setting("mutations_sync", "2")
+    }
+
+    /// Live candidates, lowest lock id first, as JSONEachRow `{"lock_id", "locked_at_s"}`.
+    pub fn lock_candidates(&self, state_id: &str, cutoff_s: u64) -> Query {
+        Query::new(format!(
+            "SELECT lock_id, toUInt64(toUnixTimestamp(locked_at)) AS locked_at_s FROM {} \
+             WHERE state_id = {{id:String}} AND locked_at >= toDateTime({{cutoff:UInt32}}) \
+             ORDER BY lock_id FORMAT JSONEachRow",
+            self.lock
+        ))
+        .param("id", state_id)
+        .param("cutoff", cutoff_s.to_string())
+        .json()
+    }
+
+    /// Inserts a candidate; `row` is one JSONEachRow line (`state_id`, `lock_id`, `locked_at`).
+    pub fn lock_insert(&self, row: Vec<u8>, token: &str) -> Query {
+        let mut query = Query::new(format!(
+            "INSERT INTO {} (state_id, lock_id, locked_at) FORMAT JSONEachRow",
+            self.lock
+        ))
+        .write()
+        .setting("insert_deduplication_token", token);
+        query.data = Some(row);
+        query
+    }
+
+    pub fn lock_delete(&self, state_id: &str, lock_id: &str) -> Query {
+        Query::new(format!(
+            "DELETE FROM {} WHERE state_id = {{id:String}} AND lock_id = {{lock:String}}",
+            self.lock
+        ))
+        .param("id", state_id)
+        .param("lock", lock_id)
+        .write()
+        .setting("mutations_sync", "2")
+    }
+}
+
+/// ` WHERE ...` for a filter, and a query carrying its parameters.
+fn where_filter(filter: &Filter) -> (String, Query) {
+    let query = Query::new(String::new());
+    match filter {
+        Filter::All => (String::new(), query),
+        Filter::Exact(id) => (
+            " WHERE state_id = {pattern:String}".into(),
+            query.param("pattern", id.clone()),
+        ),
+        Filter::Match { prefix, regex } if prefix.is_empty() => (
+            " WHERE match(state_id, {regex:String})".into(),
+            query.param("regex", regex.clone()),
+        ),
+        Filter::Match { prefix, regex } => (
+            " WHERE startsWith(state_id, {prefix:String}) AND match(state_id, {regex:String})"
+                .into(),
+            query
+                .param("prefix", prefix.clone())
+                .param("regex", regex.clone()),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statements() -> Statements {
+        let config = Config::parse(
+            "clickhouse://u@h/db",
+            &[("table".into(), "my_state".into())],
+        )
+        .expect("valid");
+        Statements::new(&config)
+    }
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_identifier("state"), "`state`");
+        assert_eq!(quote_identifier("a`b\\c"), "`a\\`b\\\\c`");
+        let s = statements();
+        assert!(s.create_state_table().sql.contains("`meltano`.`my_state`"));
+        assert!(
+            s.create_lock_table()
+                .sql
+                .contains("`meltano`.`my_state_lock`")
+        );
+    }
+
+    #[test]
+    fn params_are_tsv_escaped() {
+        assert_eq!(escape_param("a\\b\tc\nd'e\"f"), "a\\\\b\\tc\\nd'e\"f");
+        assert_eq!(escape_param("\\N"), "\\\\N");
+        assert_eq!(escape_param("✓"), "✓");
+    }
+
+    #[test]
+    fn values_are_bound_not_spliced() {
+        let s = statements();
+        let id = "x' OR 1=1 --";
+        for q in [
+            s.get(id),
+            s.delete(id),
+            s.version_of(id),
+            s.lock_delete(id, id),
+        ] {
+            assert!(!q.sql.contains(id), "{}", q.sql);
+            assert!(q.params.iter().any(|(_, v)| v == id));
+        }
+        let q = s.state_ids(&Filter::Exact(id.into()));
+        assert!(!q.sql.contains(id));
+        assert_eq!(q.params, vec![("pattern", id.to_string())]);
+    }
+
+    #[test]
+    fn filters_become_conditions() {
+        let s = statements();
+        assert!(!s.state_ids(&Filter::All).sql.contains("WHERE"));
+        let q = s.get_all(&Filter::Match {
+            prefix: "dev:".into(),
+            regex: "(?s)^dev:.*$".into(),
+        });
+        assert!(
+            q.sql.contains(
+                "startsWith(state_id, {prefix:String}) AND match(state_id, {regex:String})"
+            )
+        );
+        let q = s.get_all(&Filter::Match {
+            prefix: String::new(),
+            regex: "(?s)^.*x$".into(),
+        });
+        assert!(!q.sql.contains("startsWith"));
+    }
+
+    #[test]
+    fn writes_are_synchronous_and_tokened() {
+        let s = statements();
+        let q = s.insert_states(b"{}\n".to_vec(), "tok-1");
+        assert!(q.settings.contains(&("async_insert", "0".into())));
+        assert!(
+            q.settings
+                .contains(&("insert_deduplication_token", "tok-1".into()))
+        );
+        assert_eq!(q.data.as_deref(), Some(&b"{}\n"[..]));
+    }
+}

@@ -1,0 +1,424 @@
+//! The operations of the contract, as plain Rust over a [`Transport`] and a [`Host`].
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::glob;
+use crate::http::{Client, Transport};
+use crate::lock;
+use crate::merge::merge;
+use crate::sql::{Query, Statements};
+
+/// What the guest asks of its host besides HTTP: time, randomness and a log.
+pub trait Host {
+    fn now_ms(&self) -> u64;
+    fn sleep_ms(&self, ms: u64);
+    fn random_u128(&self) -> u128;
+    fn log(&self, level: Level, message: &str);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// A state as the contract carries it: JSON object texts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub state_id: String,
+    pub partial: String,
+    pub completed: String,
+}
+
+/// Longest state id accepted, in bytes.
+pub const MAX_STATE_ID_BYTES: usize = 4096;
+
+/// One configured store.
+pub struct Store<T, H> {
+    pub(crate) config: Config,
+    pub(crate) sql: Statements,
+    client: Client<T>,
+    pub(crate) host: H,
+}
+
+#[derive(Deserialize)]
+struct StoredRow {
+    partial_state: Option<String>,
+    completed_state: Option<String>,
+    updated_at_ms: u64,
+}
+
+#[derive(Deserialize)]
+struct ListedRow {
+    state_id: String,
+    #[serde(default)]
+    partial_state: Option<String>,
+    #[serde(default)]
+    completed_state: Option<String>,
+}
+
+#[derive(Serialize)]
+struct InsertRow<'a> {
+    state_id: &'a str,
+    partial_state: &'a str,
+    completed_state: &'a str,
+    /// Unix seconds with milliseconds, e.g. "1732895527.123": unambiguous in any server timezone.
+    updated_at: String,
+}
+
+impl<T: Transport, H: Host> Store<T, H> {
+    pub fn open(uri: &str, settings: &[(String, String)], transport: T, host: H) -> Result<Self> {
+        let config = Config::parse(uri, settings)?;
+        Ok(Store {
+            sql: Statements::new(&config),
+            client: Client::new(&config, transport),
+            config,
+            host,
+        })
+    }
+
+    /// Runs a query. When a table or database is missing, creates the schema (idempotent) and
+    /// tries once more: Meltano never calls `migrate` for a new backend, and a table the Python
+    /// backend created may lack its lock table.
+    pub(crate) fn run(&self, query: &Query) -> Result<Vec<u8>> {
+        match self.client.execute(query) {
+            Err(e) if e.is_missing_schema() => {
+                self.host.log(
+                    Level::Info,
+                    &format!(
+                        "creating the schema {}.{} (missing: {e})",
+                        self.config.schema, self.config.table
+                    ),
+                );
+                self.migrate()?;
+                self.client.execute(query)
+            }
+            other => other,
+        }
+    }
+
+    pub fn migrate(&self) -> Result<()> {
+        self.client.execute(&self.sql.create_schema())?;
+        self.client.execute(&self.sql.create_state_table())?;
+        self.client.execute(&self.sql.create_lock_table())?;
+        Ok(())
+    }
+
+    pub fn get(&self, state_id: &str) -> Result<Option<State>> {
+        validate_state_id(state_id)?;
+        Ok(self.get_versioned(state_id)?.map(|(state, _)| state))
+    }
+
+    fn get_versioned(&self, state_id: &str) -> Result<Option<(State, u64)>> {
+        let body = self.run(&self.sql.get(state_id))?;
+        let Some(line) = json_lines(&body).next() else {
+            return Ok(None);
+        };
+        let row: StoredRow = parse_row(line)?;
+        let state = State {
+            state_id: state_id.to_string(),
+            partial: or_empty(row.partial_state),
+            completed: or_empty(row.completed_state),
+        };
+        Ok(Some((state, row.updated_at_ms)))
+    }
+
+    pub fn set(&self, state: &State) -> Result<()> {
+        validate_state(state)?;
+        let stored = self.read_version(&self.sql.version_of(&state.state_id))?;
+        self.write(std::slice::from_ref(state), self.next_version(stored))
+    }
+
+    pub fn update(&self, state: &State) -> Result<()> {
+        validate_state_id(&state.state_id)?;
+        let partial = parse_object(&state.partial, "partial state")?;
+        let completed = parse_object(&state.completed, "completed state")?;
+        let held = lock::acquire(self, &state.state_id)?;
+        let result = self.update_locked(state, partial, completed);
+        let released = lock::release(self, &held);
+        result.and(released)
+    }
+
+    fn update_locked(
+        &self,
+        state: &State,
+        partial: Map<String, Value>,
+        completed: Map<String, Value>,
+    ) -> Result<()> {
+        let stored = self.get_versioned(&state.state_id)?;
+        let version = self.next_version(stored.as_ref().map_or(0, |(_, v)| *v));
+        let to_write = match stored {
+            // A partial state merges into the stored partial; the stored completed stays.
+            Some((stored, _)) if completed.is_empty() => {
+                let mut merged =
+                    parse_object(&stored.partial, "stored partial state").unwrap_or_default();
+                merge(partial, &mut merged);
+                State {
+                    state_id: state.state_id.clone(),
+                    partial: Value::Object(merged).to_string(),
+                    completed: stored.completed,
+                }
+            }
+            // A complete state replaces everything and resets the partial.
+            _ if !completed.is_empty() => State {
+                state_id: state.state_id.clone(),
+                partial: "{}".into(),
+                completed: Value::Object(completed).to_string(),
+            },
+            _ => State {
+                state_id: state.state_id.clone(),
+                partial: Value::Object(partial).to_string(),
+                completed: "{}".into(),
+            },
+        };
+        self.write(std::slice::from_ref(&to_write), version)
+    }
+
+    pub fn delete(&self, state_id: &str) -> Result<()> {
+        validate_state_id(state_id)?;
+        self.run(&self.sql.delete(state_id)).map(drop)
+    }
+
+    pub fn clear(&self, state_id: &str) -> Result<()> {
+        validate_state_id(state_id)?;
+        let held = lock::acquire(self, state_id)?;
+        let result = self.run(&self.sql.delete(state_id)).map(drop);
+        let released = lock::release(self, &held);
+        result.and(released)
+    }
+
+    pub fn state_ids(&self, pattern: Option<&str>) -> Result<Vec<String>> {
+        let filter = glob::filter(pattern)?;
+        let body = self.run(&self.sql.state_ids(&filter))?;
+        json_lines(&body)
+            .map(|line| parse_row::<ListedRow>(line).map(|row| row.state_id))
+            .collect()
+    }
+
+    pub fn get_all(&self, pattern: Option<&str>) -> Result<Vec<State>> {
+        let filter = glob::filter(pattern)?;
+        let body = self.run(&self.sql.get_all(&filter))?;
+        json_lines(&body)
+            .map(|line| {
+                parse_row::<ListedRow>(line).map(|row| State {
+                    state_id: row.state_id,
+                    partial: or_empty(row.partial_state),
+                    completed: or_empty(row.completed_state),
+                })
+            })
+            .collect()
+    }
+
+    /// One insert for all states; a state id given twice is written once, the last one wins.
+    pub fn set_all(&self, states: &[State]) -> Result<u64> {
+        for state in states {
+            validate_state(state)?;
+        }
+        let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(states.len());
+        for (index, state) in states.iter().enumerate() {
+            last_index.insert(&state.state_id, index);
+        }
+        let unique: Vec<State> = states
+            .iter()
+            .enumerate()
+            .filter(|(index, state)| last_index[state.state_id.as_str()] == *index)
+            .map(|(_, state)| state.clone())
+            .collect();
+        if unique.is_empty() {
+            return Ok(0);
+        }
+        let stored = self.read_version(&self.sql.newest_version())?;
+        self.write(&unique, self.next_version(stored))?;
+        Ok(unique.len() as u64)
+    }
+
+    pub fn clear_all(&self) -> Result<u64> {
+        let body = self.run(&self.sql.count())?;
+        let count = parse_number(&body)?;
+        self.run(&self.sql.truncate())?;
+        Ok(count)
+    }
+
+    /// A version for a new write: the host's clock, but never at or below what is stored, so a
+    /// client whose clock is behind still overwrites.
+    fn next_version(&self, stored_ms: u64) -> u64 {
+        self.host.now_ms().max(stored_ms.saturating_add(1))
+    }
+
+    fn read_version(&self, query: &Query) -> Result<u64> {
+        parse_number(&self.run(query)?)
+    }
+
+    fn write(&self, states: &[State], version_ms: u64) -> Result<()> {
+        let updated_at = format!("{}.{:03}", version_ms / 1000, version_ms % 1000);
+        let mut rows = Vec::with_capacity(
+            states
+                .iter()
+                .map(|s| s.partial.len() + s.completed.len() + s.state_id.len() + 96)
+                .sum(),
+        );
+        for state in states {
+            let row = InsertRow {
+                state_id: &state.state_id,
+                partial_state: &state.partial,
+                completed_state: &state.completed,
+                updated_at: updated_at.clone(),
+            };
+            serde_json::to_writer(&mut rows, &row)
+                .map_err(|e| Error::InvalidInput(format!("cannot encode state: {e}")))?;
+            rows.push(b'\n');
+        }
+        let token = self.new_token();
+        self.run(&self.sql.insert_states(rows, &token)).map(drop)
+    }
+
+    pub(crate) fn new_token(&self) -> String {
+        uuid::Builder::from_random_bytes(self.host.random_u128().to_le_bytes())
+            .into_uuid()
+            .to_string()
+    }
+}
+
+pub fn validate_state_id(state_id: &str) -> Result<()> {
+    if state_id.is_empty() {
+        return Err(Error::InvalidInput("the state id is empty".into()));
+    }
+    if state_id.len() > MAX_STATE_ID_BYTES {
+        return Err(Error::InvalidInput(format!(
+            "the state id is {} bytes long; at most {MAX_STATE_ID_BYTES} are allowed",
+            state_id.len()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_state(state: &State) -> Result<()> {
+    validate_state_id(&state.state_id)?;
+    parse_object(&state.partial, "partial state")?;
+    parse_object(&state.completed, "completed state")?;
+    Ok(())
+}
+
+/// Parses JSON text that must be an object.
+pub fn parse_object(text: &str, what: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(Error::InvalidInput(format!(
+            "the {what} must be a JSON object, not {}",
+            kind_of(&other)
+        ))),
+        Err(e) => Err(Error::InvalidInput(format!(
+            "the {what} is not valid JSON: {e}"
+        ))),
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn or_empty(part: Option<String>) -> String {
+    match part {
+        Some(text) if !text.trim().is_empty() && text.trim() != "null" => text,
+        _ => "{}".into(),
+    }
+}
+
+fn json_lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
+    body.split(|b| *b == b'\n')
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+}
+
+fn parse_row<'a, R: Deserialize<'a>>(line: &'a [u8]) -> Result<R> {
+    serde_json::from_slice(line).map_err(|e| {
+        Error::Server(crate::error::ServerError {
+            code: 0,
+            name: "UNEXPECTED_RESPONSE".into(),
+            message: format!("cannot read a row ClickHouse sent: {e}"),
+        })
+    })
+}
+
+fn parse_number(body: &[u8]) -> Result<u64> {
+    let text = String::from_utf8_lossy(body);
+    text.trim().parse().map_err(|_| {
+        Error::Server(crate::error::ServerError {
+            code: 0,
+            name: "UNEXPECTED_RESPONSE".into(),
+            message: format!("expected a number from ClickHouse, got {:?}", text.trim()),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_only() {
+        assert!(parse_object("{\"a\":1}", "x").is_ok());
+        for (text, kind) in [
+            ("[]", "an array"),
+            ("1", "a number"),
+            ("\"s\"", "a string"),
+            ("null", "null"),
+            ("true", "a boolean"),
+        ] {
+            match parse_object(text, "partial state") {
+                Err(Error::InvalidInput(m)) => assert!(m.contains(kind), "{m}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            matches!(parse_object("{", "x"), Err(Error::InvalidInput(m)) if m.contains("not valid JSON"))
+        );
+        assert!(matches!(parse_object("", "x"), Err(Error::InvalidInput(_))));
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        assert!(matches!(
+            parse_object(&deep, "x"),
+            Err(Error::InvalidInput(_))
+        ));
+        let deep = "{\"a\":".repeat(100_000) + "1" + &"}".repeat(100_000);
+        assert!(matches!(
+            parse_object(&deep, "x"),
+            Err(Error::InvalidInput(_))
+        ));
+    }
+
+    #[test]
+    fn state_ids_must_be_non_empty_and_bounded() {
+        assert!(validate_state_id("dev:tap-a-to-b").is_ok());
+        assert!(validate_state_id("ü ✓ '\"\\%_*?[]").is_ok());
+        assert!(matches!(validate_state_id(""), Err(Error::InvalidInput(_))));
+        assert!(matches!(
+            validate_state_id(&"x".repeat(5000)),
+            Err(Error::InvalidInput(_))
+        ));
+    }
+
+    #[test]
+    fn null_parts_read_as_empty_objects() {
+        assert_eq!(or_empty(None), "{}");
+        assert_eq!(or_empty(Some("null".into())), "{}");
+        assert_eq!(or_empty(Some("".into())), "{}");
+        assert_eq!(or_empty(Some("{\"a\":1}".into())), "{\"a\":1}");
+    }
+}

@@ -1,0 +1,160 @@
+//! [`Transport`] over `wasi:http/outgoing-handler`: blocking, one request at a time.
+
+use crate::component::wasi::http::outgoing_handler;
+use crate::component::wasi::http::types::{
+    ErrorCode, Fields, IncomingResponse, Method, OutgoingBody, OutgoingRequest, RequestOptions,
+    Scheme as WasiScheme,
+};
+use crate::component::wasi::io::streams::StreamError;
+use crate::config::Scheme;
+use crate::http::{Request, Response, Transport, TransportError};
+
+/// The most `blocking-write-and-flush` takes in one call.
+const WRITE_CHUNK: usize = 4096;
+const READ_CHUNK: u64 = 64 * 1024;
+const CONNECT_TIMEOUT_NS: u64 = 10_000_000_000;
+const FIRST_BYTE_TIMEOUT_NS: u64 = 60_000_000_000;
+const BETWEEN_BYTES_TIMEOUT_NS: u64 = 60_000_000_000;
+
+pub struct WasiHttp;
+
+impl Transport for WasiHttp {
+    fn send(&self, request: Request) -> Result<Response, TransportError> {
+        let headers = Fields::new();
+        for (name, value) in &request.headers {
+            headers.append(name, value).map_err(|e| {
+                TransportError::Unreachable(format!("header {name} refused: {e:?}"))
+            })?;
+        }
+        let outgoing = OutgoingRequest::new(headers);
+        let scheme = match request.scheme {
+            Scheme::Http => WasiScheme::Http,
+            Scheme::Https => WasiScheme::Https,
+        };
+        let refused = |what: &str| TransportError::Unreachable(format!("invalid request {what}"));
+        outgoing
+            .set_method(&Method::Post)
+            .map_err(|()| refused("method"))?;
+        outgoing
+            .set_scheme(Some(&scheme))
+            .map_err(|()| refused("scheme"))?;
+        outgoing
+            .set_authority(Some(&request.authority))
+            .map_err(|()| refused("authority"))?;
+        outgoing
+            .set_path_with_query(Some(&request.path_and_query))
+            .map_err(|()| refused("path"))?;
+
+        let options = RequestOptions::new();
+        // A host may not support a timeout; its own limits apply then.
+        let _ = options.set_connect_timeout(Some(CONNECT_TIMEOUT_NS));
+        let _ = options.set_first_byte_timeout(Some(FIRST_BYTE_TIMEOUT_NS));
+        let _ = options.set_between_bytes_timeout(Some(BETWEEN_BYTES_TIMEOUT_NS));
+
+        let body = outgoing.body().map_err(|()| refused("body"))?;
+        let future = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
+
+        // If the host refuses the request, writing the body fails first; the response future
+        // then carries the real reason, so a write failure only stops the writing.
+        if let Ok(stream) = body.write() {
+            for chunk in request.body.chunks(WRITE_CHUNK) {
+                if stream.blocking_write_and_flush(chunk).is_err() {
+                    break;
+                }
+            }
+            drop(stream);
+        }
+        let finished = OutgoingBody::finish(body, None);
+
+        future.subscribe().block();
+        let response = match future.get() {
+            Some(Ok(Ok(response))) => response,
+            Some(Ok(Err(code))) => return Err(error_code(code)),
+            Some(Err(())) => {
+                return Err(TransportError::Unreachable(
+                    "the response was already taken".into(),
+                ));
+            }
+            None => return Err(TransportError::Timeout("no response".into())),
+        };
+        if let Err(code) = finished {
+            return Err(error_code(code));
+        }
+        read_response(response)
+    }
+}
+
+fn read_response(response: IncomingResponse) -> Result<Response, TransportError> {
+    let status = response.status();
+    let headers = response
+        .headers()
+        .entries()
+        .into_iter()
+        .map(|(name, value)| (name, String::from_utf8_lossy(&value).into_owned()))
+        .collect();
+    let incoming = response
+        .consume()
+        .map_err(|()| TransportError::Unreachable("response body unavailable".into()))?;
+    let stream = incoming
+        .stream()
+        .map_err(|()| TransportError::Unreachable("response body unavailable".into()))?;
+    let mut body = Vec::new();
+    loop {
+        match stream.blocking_read(READ_CHUNK) {
+            Ok(bytes) => body.extend_from_slice(&bytes),
+            Err(StreamError::Closed) => break,
+            Err(StreamError::LastOperationFailed(e)) => {
+                return Err(TransportError::Unreachable(format!(
+                    "the connection failed while reading the response: {}",
+                    e.to_debug_string()
+                )));
+            }
+        }
+    }
+    drop(stream);
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn error_code(code: ErrorCode) -> TransportError {
+    match code {
+        ErrorCode::HttpRequestDenied => {
+            TransportError::Denied("the host does not allow this destination".into())
+        }
+        ErrorCode::ConnectionTimeout
+        | ErrorCode::ConnectionReadTimeout
+        | ErrorCode::ConnectionWriteTimeout
+        | ErrorCode::HttpResponseTimeout
+        | ErrorCode::DnsTimeout => TransportError::Timeout(describe(&code)),
+        other => TransportError::Unreachable(describe(&other)),
+    }
+}
+
+fn describe(code: &ErrorCode) -> String {
+    match code {
+        ErrorCode::ConnectionRefused => "connection refused".into(),
+        ErrorCode::ConnectionTerminated => "connection closed by the server".into(),
+        ErrorCode::ConnectionTimeout => "connect timed out".into(),
+        ErrorCode::ConnectionReadTimeout | ErrorCode::HttpResponseTimeout => {
+            "timed out waiting for the response".into()
+        }
+        ErrorCode::DnsError(e) => format!(
+            "name resolution failed ({})",
+            e.rcode.clone().unwrap_or_else(|| "no answer".into())
+        ),
+        ErrorCode::DestinationNotFound => "destination not found".into(),
+        ErrorCode::DestinationUnavailable => "destination unavailable".into(),
+        ErrorCode::TlsProtocolError => "TLS protocol error (is the server speaking TLS?)".into(),
+        ErrorCode::TlsCertificateError => "TLS certificate not trusted".into(),
+        ErrorCode::TlsAlertReceived(alert) => format!(
+            "TLS alert from the server: {}",
+            alert.alert_message.clone().unwrap_or_default()
+        ),
+        ErrorCode::HttpProtocolError => "HTTP protocol error (is it an HTTP server?)".into(),
+        ErrorCode::InternalError(Some(m)) => m.clone(),
+        other => format!("{other:?}"),
+    }
+}

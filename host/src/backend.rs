@@ -1,0 +1,194 @@
+//! A typed async API over one guest instance: the contract, as plain Rust.
+
+use wasmtime::Store;
+use wasmtime::component::ResourceAny;
+
+use crate::bindings::{ClickhouseStateBackend, wit};
+use crate::error::{Error, Result};
+use crate::settings::Settings;
+use crate::state::HostState;
+
+/// One state: the texts of two JSON objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub state_id: String,
+    pub partial: String,
+    pub completed: String,
+}
+
+impl State {
+    pub fn new(
+        state_id: impl Into<String>,
+        partial: impl Into<String>,
+        completed: impl Into<String>,
+    ) -> Self {
+        State {
+            state_id: state_id.into(),
+            partial: partial.into(),
+            completed: completed.into(),
+        }
+    }
+
+    /// A complete state (what `meltano state set` writes): `partial` is `{}`.
+    pub fn completed(state_id: impl Into<String>, completed: impl Into<String>) -> Self {
+        State::new(state_id, "{}", completed)
+    }
+
+    /// A partial state (what an incremental STATE message carries): `completed` is `{}`.
+    pub fn partial(state_id: impl Into<String>, partial: impl Into<String>) -> Self {
+        State::new(state_id, partial, "{}")
+    }
+}
+
+impl From<wit::State> for State {
+    fn from(s: wit::State) -> Self {
+        State {
+            state_id: s.state_id,
+            partial: s.partial,
+            completed: s.completed,
+        }
+    }
+}
+
+impl From<&State> for wit::State {
+    fn from(s: &State) -> Self {
+        wit::State {
+            state_id: s.state_id.clone(),
+            partial: s.partial.clone(),
+            completed: s.completed.clone(),
+        }
+    }
+}
+
+/// A held lock. Give it back with [`Backend::release`].
+#[derive(Debug)]
+pub struct Lock {
+    resource: ResourceAny,
+    pub state_id: String,
+    pub token: u64,
+}
+
+/// One instance of the component, connected to one state store.
+pub struct Backend {
+    store: Store<HostState>,
+    bindings: ClickhouseStateBackend,
+    handle: ResourceAny,
+}
+
+/// Calls a method of the `store` resource; a trap becomes `Error::Component`, a contract error
+/// becomes the matching `Error`.
+macro_rules! call {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {{
+        let guest = $self.bindings.meltano_state_backend_backend().store();
+        let result = guest
+            .$method(&mut $self.store, $self.handle $(, $arg)*)
+            .await
+            .map_err(Error::trap)?;
+        result.map_err(Error::from)
+    }};
+}
+
+impl Backend {
+    pub(crate) async fn open(
+        mut store: Store<HostState>,
+        bindings: ClickhouseStateBackend,
+        uri: &str,
+        settings: Settings,
+    ) -> Result<Self> {
+        let handle = bindings
+            .meltano_state_backend_backend()
+            .store()
+            .call_open(&mut store, uri, &settings)
+            .await
+            .map_err(Error::trap)?
+            .map_err(Error::from)?;
+        Ok(Backend {
+            store,
+            bindings,
+            handle,
+        })
+    }
+
+    pub async fn get(&mut self, state_id: &str) -> Result<Option<State>> {
+        Ok(call!(self.call_get(state_id))?.map(State::from))
+    }
+
+    pub async fn set(&mut self, state: &State) -> Result<()> {
+        call!(self.call_set(&wit::State::from(state)))
+    }
+
+    pub async fn update(&mut self, state: &State) -> Result<()> {
+        call!(self.call_update(&wit::State::from(state)))
+    }
+
+    pub async fn delete(&mut self, state_id: &str) -> Result<()> {
+        call!(self.call_delete(state_id))
+    }
+
+    pub async fn clear(&mut self, state_id: &str) -> Result<()> {
+        call!(self.call_clear(state_id))
+    }
+
+    pub async fn state_ids(&mut self, pattern: Option<&str>) -> Result<Vec<String>> {
+        call!(self.call_state_ids(pattern))
+    }
+
+    pub async fn get_all(&mut self, pattern: Option<&str>) -> Result<Vec<State>> {
+        Ok(call!(self.call_get_all(pattern))?
+            .into_iter()
+            .map(State::from)
+            .collect())
+    }
+
+    pub async fn set_all(&mut self, states: &[State]) -> Result<u64> {
+        let states: Vec<wit::State> = states.iter().map(wit::State::from).collect();
+        call!(self.call_set_all(&states))
+    }
+
+    pub async fn clear_all(&mut self) -> Result<u64> {
+        call!(self.call_clear_all())
+    }
+
+    pub async fn migrate(&mut self) -> Result<()> {
+        call!(self.call_migrate())
+    }
+
+    /// Takes the lock of `state_id`, waiting up to the configured lock timeout.
+    pub async fn acquire_lock(&mut self, state_id: &str) -> Result<Lock> {
+        let resource = call!(self.call_acquire_lock(state_id))?;
+        let lock_api = self.bindings.meltano_state_backend_backend().lock();
+        let token = lock_api
+            .call_token(&mut self.store, resource)
+            .await
+            .map_err(Error::trap)?;
+        Ok(Lock {
+            resource,
+            state_id: state_id.to_string(),
+            token,
+        })
+    }
+
+    /// Gives a lock back. The resource is dropped whatever the outcome.
+    pub async fn release(&mut self, lock: Lock) -> Result<()> {
+        let lock_api = self.bindings.meltano_state_backend_backend().lock();
+        let released = lock_api
+            .call_release(&mut self.store, lock.resource)
+            .await
+            .map_err(Error::trap);
+        let dropped = lock
+            .resource
+            .resource_drop_async(&mut self.store)
+            .await
+            .map_err(Error::trap);
+        released?.map_err(Error::from)?;
+        dropped
+    }
+
+    /// Drops the store resource inside the guest.
+    pub async fn close(mut self) -> Result<()> {
+        self.handle
+            .resource_drop_async(&mut self.store)
+            .await
+            .map_err(Error::trap)
+    }
+}

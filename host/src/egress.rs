@@ -1,0 +1,218 @@
+//! What a guest may reach: the `send_request` hook of wasi:http.
+//!
+//! By default a guest reaches exactly the scheme, host and port of its configured ClickHouse and
+//! nothing else. Every other request is refused with `HttpRequestDenied`, which the guest turns
+//! into an `unreachable` error naming its endpoint, and which the host logs with the refused
+//! authority. Timeouts the guest asks for are clamped to the host's limits.
+
+use std::fmt;
+use std::time::Duration;
+
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks, default_send_request,
+};
+
+/// One authority a guest may call.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Authority {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Lower-case host name or IP address (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+}
+
+impl Authority {
+    pub fn new(scheme: &str, host: &str, port: u16) -> Self {
+        Authority {
+            scheme: scheme.to_ascii_lowercase(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_ascii_lowercase(),
+            port,
+        }
+    }
+
+    /// The authority of a request URI, with the scheme's default port when none is given.
+    pub fn of_uri(uri: &http::Uri) -> Option<Self> {
+        let scheme = uri.scheme_str()?;
+        let authority = uri.authority()?;
+        let port = authority.port_u16().or(match scheme {
+            "http" => Some(80),
+            "https" => Some(443),
+            _ => None,
+        })?;
+        Some(Authority::new(scheme, authority.host(), port))
+    }
+}
+
+impl fmt::Display for Authority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "{}://[{}]:{}", self.scheme, self.host, self.port)
+        } else {
+            write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+        }
+    }
+}
+
+/// Upper bounds on the timeouts a guest may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutLimits {
+    pub connect: Duration,
+    pub first_byte: Duration,
+    pub between_bytes: Duration,
+}
+
+impl Default for TimeoutLimits {
+    fn default() -> Self {
+        TimeoutLimits {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(30),
+            between_bytes: Duration::from_secs(30),
+        }
+    }
+}
+
+impl TimeoutLimits {
+    fn clamp(&self, asked: Option<RequestOptions>) -> RequestOptions {
+        let asked = asked.unwrap_or_default();
+        let pick =
+            |asked: Option<Duration>, limit: Duration| Some(asked.map_or(limit, |a| a.min(limit)));
+        RequestOptions {
+            connect_timeout: pick(asked.connect_timeout, self.connect),
+            first_byte_timeout: pick(asked.first_byte_timeout, self.first_byte),
+            between_bytes_timeout: pick(asked.between_bytes_timeout, self.between_bytes),
+        }
+    }
+}
+
+/// The policy for one guest instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressPolicy {
+    allowed: Vec<Authority>,
+    timeouts: TimeoutLimits,
+}
+
+impl EgressPolicy {
+    pub fn allow_only(allowed: Vec<Authority>) -> Self {
+        EgressPolicy {
+            allowed,
+            timeouts: TimeoutLimits::default(),
+        }
+    }
+
+    pub fn with_timeouts(mut self, timeouts: TimeoutLimits) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    pub fn allowed(&self) -> &[Authority] {
+        &self.allowed
+    }
+
+    /// `Ok` when the request may go; otherwise the refused authority, for the log.
+    pub fn check(&self, uri: &http::Uri) -> Result<(), String> {
+        match Authority::of_uri(uri) {
+            Some(authority) if self.allowed.contains(&authority) => Ok(()),
+            Some(authority) => Err(authority.to_string()),
+            None => Err(format!("{uri} (no scheme or authority)")),
+        }
+    }
+}
+
+type SendFuture = Box<
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                ),
+                HttpError,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for EgressPolicy {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> SendFuture {
+        drop(fut);
+        if let Err(refused) = self.check(request.uri()) {
+            tracing::warn!(target: "egress", authority = %refused, "request denied: not an allowed ClickHouse endpoint");
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        let options = self.timeouts.clamp(options);
+        Box::new(async move {
+            use http_body_util::BodyExt;
+            let (response, io) = default_send_request(request, Some(options)).await?;
+            Ok((
+                response.map(BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> EgressPolicy {
+        EgressPolicy::allow_only(vec![Authority::new("http", "127.0.0.1", 8123)])
+    }
+
+    fn uri(text: &str) -> http::Uri {
+        text.parse().expect("valid uri")
+    }
+
+    #[test]
+    fn only_the_configured_authority_passes() {
+        let p = policy();
+        assert!(p.check(&uri("http://127.0.0.1:8123/?query=1")).is_ok());
+        assert_eq!(
+            p.check(&uri("http://127.0.0.1:8124/")),
+            Err("http://127.0.0.1:8124".into())
+        );
+        assert_eq!(
+            p.check(&uri("https://127.0.0.1:8123/")),
+            Err("https://127.0.0.1:8123".into())
+        );
+        assert_eq!(
+            p.check(&uri("http://localhost:8123/")),
+            Err("http://localhost:8123".into())
+        );
+        assert_eq!(
+            p.check(&uri("http://169.254.169.254/")),
+            Err("http://169.254.169.254:80".into())
+        );
+    }
+
+    #[test]
+    fn host_comparison_ignores_case_and_brackets() {
+        let p = EgressPolicy::allow_only(vec![
+            Authority::new("https", "CH.Example.com", 8443),
+            Authority::new("http", "[::1]", 8123),
+        ]);
+        assert!(p.check(&uri("https://ch.example.COM:8443/")).is_ok());
+        assert!(p.check(&uri("http://[::1]:8123/")).is_ok());
+    }
+
+    #[test]
+    fn timeouts_are_clamped() {
+        let limits = TimeoutLimits::default();
+        let asked = RequestOptions {
+            connect_timeout: Some(Duration::from_secs(600)),
+            first_byte_timeout: Some(Duration::from_secs(5)),
+            between_bytes_timeout: None,
+        };
+        let got = limits.clamp(Some(asked));
+        assert_eq!(got.connect_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(got.first_byte_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(got.between_bytes_timeout, Some(Duration::from_secs(30)));
+    }
+}

@@ -1,0 +1,121 @@
+//! Errors of the host API: the contract's error variant, plus failures of the component itself.
+
+use crate::bindings::wit;
+
+/// Who holds a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    pub state_id: String,
+    pub owner: String,
+    pub token: u64,
+    pub acquired_at_ms: u64,
+    pub expires_at_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    #[error("timeout: {0}")]
+    Timeout(String),
+    #[error("{}", locked_message(.0))]
+    Locked(LockInfo),
+    #[error("lock lost: {0}")]
+    LockLost(String),
+    #[error("ClickHouse error {code} ({name}): {message}")]
+    Server {
+        code: i32,
+        name: String,
+        message: String,
+    },
+    /// The component could not be loaded, or trapped.
+    #[error("component failure: {0}")]
+    Component(String),
+}
+
+fn locked_message(info: &LockInfo) -> String {
+    format!(
+        "state '{}' is locked by {} (acquired at {} ms, expires at {} ms)",
+        info.state_id, info.owner, info.acquired_at_ms, info.expires_at_ms
+    )
+}
+
+impl Error {
+    /// A short name of the kind, for machine-readable output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidConfig(_) => "invalid-config",
+            Error::InvalidInput(_) => "invalid-input",
+            Error::Unauthorized(_) => "unauthorized",
+            Error::Unreachable(_) => "unreachable",
+            Error::Timeout(_) => "timeout",
+            Error::Locked(_) => "locked",
+            Error::LockLost(_) => "lock-lost",
+            Error::Server { .. } => "server",
+            Error::Component(_) => "component",
+        }
+    }
+
+    pub(crate) fn trap(error: wasmtime::Error) -> Self {
+        Error::Component(format!("{error:#}"))
+    }
+}
+
+impl From<wit::Error> for Error {
+    fn from(error: wit::Error) -> Self {
+        match error {
+            wit::Error::InvalidConfig(m) => Error::InvalidConfig(m),
+            wit::Error::InvalidInput(m) => Error::InvalidInput(m),
+            wit::Error::Unauthorized(m) => Error::Unauthorized(m),
+            wit::Error::Unreachable(m) => Error::Unreachable(m),
+            wit::Error::Timeout(m) => Error::Timeout(m),
+            wit::Error::Locked(info) => Error::Locked(LockInfo {
+                state_id: info.state_id,
+                owner: info.owner,
+                token: info.token,
+                acquired_at_ms: info.acquired_at_ms,
+                expires_at_ms: info.expires_at_ms,
+            }),
+            wit::Error::LockLost(m) => Error::LockLost(m),
+            wit::Error::Server(e) => Error::Server {
+                code: e.code,
+                name: e.name,
+                message: e.message,
+            },
+        }
+    }
+}
+
+impl From<clickhouse_state::error::Error> for Error {
+    fn from(error: clickhouse_state::error::Error) -> Self {
+        use clickhouse_state::error::Error as G;
+        match error {
+            G::InvalidConfig(m) => Error::InvalidConfig(m),
+            G::InvalidInput(m) => Error::InvalidInput(m),
+            G::Unauthorized(m) => Error::Unauthorized(m),
+            G::Unreachable(m) => Error::Unreachable(m),
+            G::Timeout(m) => Error::Timeout(m),
+            G::Locked(i) => Error::Locked(LockInfo {
+                state_id: i.state_id,
+                owner: i.owner,
+                token: i.token,
+                acquired_at_ms: i.acquired_at_ms,
+                expires_at_ms: i.expires_at_ms,
+            }),
+            G::LockLost(m) => Error::LockLost(m),
+            G::Server(e) => Error::Server {
+                code: e.code,
+                name: e.name,
+                message: e.message,
+            },
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

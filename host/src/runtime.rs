@@ -1,0 +1,155 @@
+//! One wasmtime `Engine`, the component compiled once, and an `InstancePre` from which every
+//! backend instance is made (one `Store` each).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, Store};
+
+use crate::backend::Backend;
+use crate::bindings::ClickhouseStateBackendPre;
+use crate::bindings::meltano::state_backend::{clock, log};
+use crate::clock::{Clock as HostClock, SystemClock};
+use crate::egress::{Authority, EgressPolicy, TimeoutLimits};
+use crate::error::{Error, Result};
+use crate::settings::Settings;
+use crate::state::HostState;
+
+/// File name of the built guest component.
+pub const COMPONENT_FILE: &str = "clickhouse_state.wasm";
+/// Environment variable that names the component to load.
+pub const COMPONENT_ENV: &str = "STATE_BACKEND_COMPONENT";
+
+/// Options of a [`Runtime`].
+#[derive(Clone)]
+pub struct RuntimeOptions {
+    /// The clock every instance sees (now and sleep).
+    pub clock: Arc<dyn HostClock>,
+    /// Upper bounds on the HTTP timeouts a guest may ask for.
+    pub timeouts: TimeoutLimits,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            clock: Arc::new(SystemClock),
+            timeouts: TimeoutLimits::default(),
+        }
+    }
+}
+
+/// A loaded component, ready to make backend instances.
+pub struct Runtime {
+    engine: Engine,
+    pre: ClickhouseStateBackendPre<HostState>,
+    options: RuntimeOptions,
+}
+
+impl Runtime {
+    /// Compiles the component at `path` once.
+    pub fn load(path: &Path, options: RuntimeOptions) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            Error::Component(format!(
+                "cannot read the component {}: {e} (build it with `just guest`)",
+                path.display()
+            ))
+        })?;
+        Self::from_bytes(&bytes, options)
+    }
+
+    /// Compiles a component from its bytes.
+    pub fn from_bytes(bytes: &[u8], options: RuntimeOptions) -> Result<Self> {
+        let mut config = wasmtime::Config::new();
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).map_err(Error::trap)?;
+        let component = Component::from_binary(&engine, bytes)
+            .map_err(|e| Error::Component(format!("not a loadable component: {e:#}")))?;
+        let mut linker: Linker<HostState> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(Error::trap)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(Error::trap)?;
+        // Our own imports only; WASI and wasi:http come from wasmtime-wasi(-http) above.
+        clock::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(Error::trap)?;
+        log::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(Error::trap)?;
+        let pre = linker.instantiate_pre(&component).map_err(|e| {
+            Error::Component(format!("the component does not fit this host: {e:#}"))
+        })?;
+        let pre = ClickhouseStateBackendPre::new(pre).map_err(|e| {
+            Error::Component(format!("the component does not export the backend: {e:#}"))
+        })?;
+        Ok(Runtime {
+            engine,
+            pre,
+            options,
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// A new instance connected to the store at `uri`. `settings` override the URI; the
+    /// instance may reach that ClickHouse endpoint and nothing else.
+    pub async fn open(&self, uri: &str, settings: Settings) -> Result<Backend> {
+        self.open_labelled(uri, settings, "backend").await
+    }
+
+    /// As [`Runtime::open`], with a label that names this instance in the log.
+    pub async fn open_labelled(
+        &self,
+        uri: &str,
+        settings: Settings,
+        label: &str,
+    ) -> Result<Backend> {
+        // The same parser the guest uses, compiled natively: the policy allows exactly the
+        // endpoint the guest will call. A bad configuration fails here with the guest's message.
+        let config = clickhouse_state::config::Config::parse(uri, &settings)?;
+        let egress = EgressPolicy::allow_only(vec![Authority::new(
+            config.scheme.as_str(),
+            &config.host,
+            config.port,
+        )])
+        .with_timeouts(self.options.timeouts);
+        self.open_with_policy(uri, settings, egress, label).await
+    }
+
+    /// As [`Runtime::open`], with an explicit egress policy (tests use this to point a guest at
+    /// an endpoint the policy refuses).
+    pub async fn open_with_policy(
+        &self,
+        uri: &str,
+        settings: Settings,
+        egress: EgressPolicy,
+        label: &str,
+    ) -> Result<Backend> {
+        let state = HostState::new(egress, Arc::clone(&self.options.clock), label.to_string());
+        let mut store = Store::new(&self.engine, state);
+        let bindings = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(Error::trap)?;
+        Backend::open(store, bindings, uri, settings).await
+    }
+}
+
+/// Where the built component is, unless `STATE_BACKEND_COMPONENT` says otherwise: next to the
+/// cargo target directory of the running executable.
+pub fn default_component_path() -> PathBuf {
+    if let Some(path) = std::env::var_os(COMPONENT_ENV) {
+        return PathBuf::from(path);
+    }
+    let relative = Path::new("wasm32-wasip2")
+        .join("release-guest")
+        .join(COMPONENT_FILE);
+    if let Ok(exe) = std::env::current_exe() {
+        // target/<profile>/state-backend, or target/<profile>/deps/<test> for tests.
+        for dir in exe.ancestors().skip(1).take(3) {
+            let candidate = dir.join(&relative);
+            if candidate.exists() {
+                return candidate;
+            }
+        }
+    }
+    Path::new("target").join(relative)
+}

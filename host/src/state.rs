@@ -1,0 +1,81 @@
+//! What each guest instance's `Store` holds, and the imports it answers: clock, log, WASI.
+
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::bindings::meltano::state_backend::{clock, log, types};
+use crate::clock::Clock;
+use crate::egress::EgressPolicy;
+
+pub struct HostState {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    table: ResourceTable,
+    egress: EgressPolicy,
+    clock: Arc<dyn Clock>,
+    /// Names this instance in the log.
+    label: String,
+}
+
+impl HostState {
+    pub fn new(egress: EgressPolicy, clock: Arc<dyn Clock>, label: String) -> Self {
+        HostState {
+            // No env, no args, no preopens, no sockets, stdio discarded: wasi:http is the only
+            // way out, and the egress policy decides where it leads.
+            wasi: WasiCtx::builder().build(),
+            http: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+            egress,
+            clock,
+            label,
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.egress,
+        }
+    }
+}
+
+impl types::Host for HostState {}
+
+impl clock::Host for HostState {
+    async fn now_ms(&mut self) -> wasmtime::Result<u64> {
+        Ok(self.clock.now_ms())
+    }
+
+    async fn sleep_ms(&mut self, ms: u64) -> wasmtime::Result<()> {
+        self.clock.sleep(ms).await;
+        Ok(())
+    }
+}
+
+impl log::Host for HostState {
+    async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        let instance = self.label.as_str();
+        match level {
+            log::Level::Debug => tracing::debug!(target: "guest", instance, "{message}"),
+            log::Level::Info => tracing::info!(target: "guest", instance, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "guest", instance, "{message}"),
+            log::Level::Error => tracing::error!(target: "guest", instance, "{message}"),
+        }
+        Ok(())
+    }
+}
