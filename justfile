@@ -42,6 +42,35 @@ build: guest
 cli *ARGS: build
     target/debug/state-backend {{ARGS}}
 
+# A short real session through the CLI on the local ClickHouse (starts it if needed)
+demo: build
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! {{python}} tests/clickhouse/ctl.py status --port {{clickhouse_port}} >/dev/null; then
+        {{just_executable()}} clickhouse-start
+    fi
+    cli() { echo "\$ state-backend $*" >&2; target/debug/state-backend -s schema=demo "$@"; }
+    id='dev:tap-github-to-target-postgres'
+    cli clear --all
+    cli set "$id" '{"singer_state": {"bookmarks": {"issues": {"since": "2026-11-01"}}}}'
+    cli merge "$id" '{"singer_state": {"bookmarks": {"pulls": {"since": "2026-11-28"}}}}'
+    cli get "$id"
+    cli set 'prod:tap-github-to-target-postgres' '{"singer_state": {}}'
+    cli list --pattern 'dev:*'
+    echo "# two processes contend for one lock: the first holds it 3 s, the second gives up after 1 s" >&2
+    mkdir -p .local && : > .local/demo-lock.log
+    cli lock "$id" --hold 3 2> >(tee .local/demo-lock.log >&2) &
+    holder=$!
+    until grep -q '^locked' .local/demo-lock.log; do sleep 0.1; done
+    if cli -s lock_timeout_seconds=1 merge "$id" '{"singer_state": {"late": true}}'; then
+        echo "unexpected: the second process got the lock" >&2; exit 1
+    fi
+    wait "$holder"
+    echo "# the holder released it; now the merge goes through" >&2
+    cli merge "$id" '{"singer_state": {"late": true}}'
+    cli get --raw "$id"
+    cli clear --all
+
 # Conformance tests of the ClickHouse HTTP endpoint at $CLICKHOUSE_URL
 test-clickhouse: setup
     cd tests/clickhouse && ../../{{python}} -m pytest -q
@@ -60,6 +89,7 @@ test: guest
     cargo test --workspace
 
 # Formatting and lints, as CI checks them
-lint:
+lint: setup
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy -p clickhouse-state-guest --target wasm32-wasip2 -- -D warnings

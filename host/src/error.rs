@@ -40,9 +40,17 @@ pub enum Error {
 }
 
 fn locked_message(info: &LockInfo) -> String {
+    let at = |ms: u64| {
+        humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+        )
+    };
     format!(
-        "state '{}' is locked by {} (acquired at {} ms, expires at {} ms)",
-        info.state_id, info.owner, info.acquired_at_ms, info.expires_at_ms
+        "state '{}' is locked by {} (since {}, lease until {})",
+        info.state_id,
+        info.owner,
+        at(info.acquired_at_ms),
+        at(info.expires_at_ms)
     )
 }
 

@@ -16,6 +16,7 @@ const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
 #[command(
     name = "state-backend",
     version,
+    args_override_self = true,
     about = "Meltano state in ClickHouse, through the sandboxed WebAssembly component",
     long_about = "Meltano state in ClickHouse, through the sandboxed WebAssembly component.\n\n\
         The commands mirror `meltano state`. Output is JSON on stdout; an error is one line on \
@@ -143,10 +144,13 @@ impl From<Error> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // wasmtime-wasi-http warns about every refused connection; the error line says it already.
+    let filter = format!("{},wasmtime_wasi_http=error", cli.log);
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log)
+            tracing_subscriber::EnvFilter::try_new(&filter)
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();

@@ -1,0 +1,367 @@
+//! The `state-backend` CLI, run as a user runs it, against ClickHouse.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use integration_tests::{SCHEMA, TestTable, json};
+
+/// The CLI binary next to this test's target directory (cargo builds it for the host's tests).
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    for dir in exe.ancestors().skip(1).take(3) {
+        let candidate = dir.join("state-backend");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!("state-backend not built; run `cargo build -p meltano-state-host`");
+}
+
+struct Cli {
+    table: std::sync::Arc<TestTable>,
+}
+
+impl Cli {
+    fn new(label: &str) -> Cli {
+        Cli {
+            table: TestTable::new(label),
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(binary());
+        command
+            .env_remove("MELTANO_STATE_BACKEND_URI")
+            .arg("--uri")
+            .arg(self.table.target.uri())
+            .args(["-s", &format!("schema={SCHEMA}")])
+            .args(["-s", &format!("table={}", self.table.name)])
+            .args(["-s", "lock_retry_seconds=0.2"]);
+        for (var, _) in integration_tests::state_host::settings::ENV_SETTINGS {
+            command.env_remove(var);
+        }
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().expect("runs")
+    }
+
+    fn run_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawns");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("writes");
+        child.wait_with_output().expect("waits")
+    }
+
+    /// Runs a command that must succeed; returns its JSON output.
+    fn ok(&self, args: &[&str]) -> serde_json::Value {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        json(&String::from_utf8_lossy(&output.stdout))
+    }
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn set_get_merge_list() {
+    let cli = Cli::new("cli_basic");
+    cli.ok(&[
+        "set",
+        "dev:tap-a-to-b",
+        r#"{"singer_state":{"bookmarks":{"s1":{"ts":1}}}}"#,
+    ]);
+    cli.ok(&[
+        "merge",
+        "dev:tap-a-to-b",
+        r#"{"singer_state":{"bookmarks":{"s2":{"ts":2}}}}"#,
+    ]);
+    assert_eq!(
+        cli.ok(&["get", "dev:tap-a-to-b"]),
+        json(r#"{"singer_state":{"bookmarks":{"s1":{"ts":1},"s2":{"ts":2}}}}"#)
+    );
+    assert_eq!(
+        cli.ok(&["get", "--raw", "dev:tap-a-to-b"]),
+        json(
+            r#"{"completed":{"singer_state":{"bookmarks":{"s1":{"ts":1}}}},"partial":{"singer_state":{"bookmarks":{"s2":{"ts":2}}}}}"#
+        )
+    );
+    cli.ok(&["set", "prod:tap-a-to-b", r#"{"singer_state":{}}"#]);
+    assert_eq!(
+        cli.ok(&["list"]),
+        json(r#"["dev:tap-a-to-b","prod:tap-a-to-b"]"#)
+    );
+    assert_eq!(
+        cli.ok(&["list", "--pattern", "prod:*"]),
+        json(r#"["prod:tap-a-to-b"]"#)
+    );
+    assert_eq!(cli.ok(&["get", "missing"]), json("{}"));
+}
+
+#[test]
+fn set_reads_a_file_or_stdin() {
+    let cli = Cli::new("cli_input");
+    let file = std::env::temp_dir().join(format!("{}.json", cli.table.name));
+    std::fs::write(&file, r#"{"singer_state":{"from":"file"}}"#).unwrap();
+    cli.ok(&["set", "a", "--input-file", file.to_str().unwrap()]);
+    assert_eq!(
+        cli.ok(&["get", "a"]),
+        json(r#"{"singer_state":{"from":"file"}}"#)
+    );
+    let output = cli.run_stdin(&["set", "b"], r#"{"singer_state":{"from":"stdin"}}"#);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        cli.ok(&["get", "b"]),
+        json(r#"{"singer_state":{"from":"stdin"}}"#)
+    );
+    std::fs::remove_file(file).ok();
+}
+
+#[test]
+fn copy_move_clear() {
+    let cli = Cli::new("cli_copy");
+    cli.ok(&["set", "src", r#"{"singer_state":{"v":1}}"#]);
+    cli.ok(&["copy", "src", "copied"]);
+    assert_eq!(
+        cli.ok(&["get", "copied"]),
+        json(r#"{"singer_state":{"v":1}}"#)
+    );
+    cli.ok(&["move", "src", "moved"]);
+    assert_eq!(cli.ok(&["list"]), json(r#"["copied","moved"]"#));
+    assert_eq!(cli.ok(&["clear", "copied"])["cleared"], 1);
+    assert_eq!(cli.ok(&["list"]), json(r#"["moved"]"#));
+    cli.ok(&["set", "other", r#"{"singer_state":{}}"#]);
+    assert_eq!(cli.ok(&["clear", "--all"]), json(r#"{"cleared":2}"#));
+    assert_eq!(cli.ok(&["list"]), json("[]"));
+}
+
+#[test]
+fn export_then_import() {
+    let cli = Cli::new("cli_export");
+    cli.ok(&["set", "a", r#"{"singer_state":{"a":1}}"#]);
+    cli.ok(&["merge", "b", r#"{"singer_state":{"b":2}}"#]);
+    let exported = cli.ok(&["export"]);
+    assert_eq!(
+        exported,
+        json(
+            r#"{"a":{"completed":{"singer_state":{"a":1}},"partial":{}},"b":{"completed":{},"partial":{"singer_state":{"b":2}}}}"#
+        )
+    );
+    cli.ok(&["clear", "--all"]);
+    let output = cli.run_stdin(&["import"], &exported.to_string());
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        json(&String::from_utf8_lossy(&output.stdout)),
+        json(r#"{"imported":2}"#)
+    );
+    assert_eq!(cli.ok(&["export"]), exported);
+    assert_eq!(
+        cli.ok(&["export", "--pattern", "a"])
+            .as_object()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn errors_are_one_line_on_stderr_with_an_exit_code() {
+    let cli = Cli::new("cli_errors");
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["set", "x", "not json"], 2, "not valid JSON"),
+        (&["set", "x", "[1]"], 2, "JSON object"),
+        (
+            &["set", "x", r#"{"no_singer_state":1}"#],
+            2,
+            "singer_state not found",
+        ),
+        (
+            &["set", "", r#"{"singer_state":{}}"#],
+            2,
+            "state id is empty",
+        ),
+        (&["list", "--pattern", "a[b"], 2, "unbalanced"),
+        (
+            &["copy", "nothing-here", "x"],
+            2,
+            "no state for 'nothing-here'",
+        ),
+        (&["-s", "port=abc", "list"], 2, "invalid port 'abc'"),
+        (
+            &["--uri", "clickhouse://default:@127.0.0.1:1/default", "list"],
+            4,
+            "cannot reach http://127.0.0.1:1",
+        ),
+    ];
+    for (args, code, needle) in cases {
+        let output = cli.run(args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(*code), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(needle),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    // nothing was written by any of them
+    assert_eq!(cli.table.raw_rows(), 0);
+}
+
+#[test]
+fn a_wrong_password_never_appears_in_any_output() {
+    let cli = Cli::new("cli_password");
+    let secret = "Sup3r-s3cret-pw-91c2";
+    let uri = cli.table.target.uri_with_password(secret);
+    let runs: Vec<Output> = vec![
+        cli.command()
+            .args(["--uri", &uri, "list"])
+            .output()
+            .unwrap(),
+        cli.command()
+            .args(["--uri", &uri, "get", "x"])
+            .output()
+            .unwrap(),
+        cli.command()
+            .args(["--uri", &uri, "set", "x", r#"{"singer_state":{}}"#])
+            .output()
+            .unwrap(),
+        cli.command()
+            .args([
+                "--uri",
+                &uri,
+                "--log",
+                "debug",
+                "merge",
+                "x",
+                r#"{"singer_state":{}}"#,
+            ])
+            .output()
+            .unwrap(),
+        cli.command()
+            .args([
+                "-s",
+                &format!("password={secret}"),
+                "--log",
+                "debug",
+                "clear",
+                "--all",
+            ])
+            .output()
+            .unwrap(),
+        cli.command()
+            .env("CLICKHOUSE_PASSWORD", secret)
+            .args(["--log", "debug", "export"])
+            .output()
+            .unwrap(),
+    ];
+    for output in &runs {
+        assert_eq!(output.status.code(), Some(3), "{}", stderr(output));
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            stderr(output)
+        );
+        assert!(all.contains("unauthorized"), "{all}");
+        assert!(!all.contains(secret), "password leaked: {all}");
+    }
+}
+
+#[test]
+fn settings_flag_beats_environment_beats_uri() {
+    let cli = Cli::new("cli_precedence");
+    let other = TestTable::new("cli_precedence_env");
+    // The URI names no table; the environment names `other`; the flag names cli.table.
+    let output = cli
+        .command()
+        .env("CLICKHOUSE_TABLE", &other.name)
+        .args(["set", "via-flag", r#"{"singer_state":{}}"#])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(cli.table.raw_rows(), 1);
+    // Without the flag, the environment variable wins over the URI's default table.
+    let mut command = Command::new(binary());
+    command
+        .env_remove("MELTANO_STATE_BACKEND_URI")
+        .env("CLICKHOUSE_TABLE", &other.name)
+        .env("CLICKHOUSE_SCHEMA", SCHEMA)
+        .args([
+            "--uri",
+            &cli.table.target.uri(),
+            "set",
+            "via-env",
+            r#"{"singer_state":{}}"#,
+        ]);
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(other.raw_rows(), 1);
+    assert_eq!(cli.table.raw_rows(), 1);
+}
+
+#[test]
+fn two_processes_contend_for_one_lock() {
+    let cli = Cli::new("cli_lock");
+    cli.ok(&["migrate"]);
+    let mut holder = cli
+        .command()
+        .args(["lock", "shared", "--hold", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the holder says it has the lock (it prints that on stderr).
+    let mut err = holder.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("locked") {
+        use std::io::Read;
+        if err.read(&mut byte).unwrap() == 0 {
+            panic!("holder exited: {}", String::from_utf8_lossy(&seen));
+        }
+        seen.push(byte[0]);
+    }
+    let waiter = cli
+        .command()
+        .args([
+            "-s",
+            "lock_timeout_seconds=1",
+            "merge",
+            "shared",
+            r#"{"singer_state":{}}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(waiter.status.code(), Some(5), "{}", stderr(&waiter));
+    assert!(
+        stderr(&waiter).contains("is locked by"),
+        "{}",
+        stderr(&waiter)
+    );
+    assert!(holder.wait().unwrap().success());
+    // Once released, the same merge goes through.
+    cli.ok(&["merge", "shared", r#"{"singer_state":{"after":1}}"#]);
+    assert_eq!(
+        cli.ok(&["get", "shared"]),
+        json(r#"{"singer_state":{"after":1}}"#)
+    );
+}
