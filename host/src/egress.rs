@@ -8,9 +8,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use wasmtime_wasi_http::{
-    Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks, default_send_request,
-};
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+use crate::sender::{Sender, describe_tls_error};
 
 /// One authority a guest may call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -76,7 +77,7 @@ impl Default for TimeoutLimits {
 }
 
 impl TimeoutLimits {
-    fn clamp(&self, asked: Option<RequestOptions>) -> RequestOptions {
+    pub(crate) fn clamp(&self, asked: Option<RequestOptions>) -> RequestOptions {
         let asked = asked.unwrap_or_default();
         let pick =
             |asked: Option<Duration>, limit: Duration| Some(asked.map_or(limit, |a| a.min(limit)));
@@ -134,7 +135,19 @@ type SendFuture = Box<
         > + Send,
 >;
 
-impl WasiHttpHooks for EgressPolicy {
+/// The wasi:http hook of one instance: its policy decides, its sender sends.
+pub struct OutgoingHook {
+    policy: EgressPolicy,
+    sender: Sender,
+}
+
+impl OutgoingHook {
+    pub fn new(policy: EgressPolicy, sender: Sender) -> Self {
+        OutgoingHook { policy, sender }
+    }
+}
+
+impl WasiHttpHooks for OutgoingHook {
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
@@ -142,19 +155,50 @@ impl WasiHttpHooks for EgressPolicy {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
         drop(fut);
-        if let Err(refused) = self.check(request.uri()) {
+        if let Err(refused) = self.policy.check(request.uri()) {
             tracing::warn!(target: "egress", authority = %refused, "request denied: not an allowed ClickHouse endpoint");
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
-        let options = self.timeouts.clamp(options);
-        Box::new(async move {
-            use http_body_util::BodyExt;
-            let (response, io) = default_send_request(request, Some(options)).await?;
-            Ok((
-                response.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-            ))
-        })
+        let options = self.policy.timeouts.clamp(options);
+        let sender = self.sender.clone();
+        Box::new(async move { sender.send(request, options).await })
+    }
+
+    fn p2_error_from_tls(&mut self, err: &std::io::Error) -> ErrorCode {
+        let message = describe_tls_error(err);
+        tracing::debug!(target: "egress", "{message}");
+        ErrorCode::InternalError(Some(message))
+    }
+
+    fn p2_error_from_connect(&mut self, err: &std::io::Error) -> ErrorCode {
+        match err.kind() {
+            std::io::ErrorKind::ConnectionRefused => ErrorCode::ConnectionRefused,
+            _ => ErrorCode::InternalError(Some(format!("connect failed: {err}"))),
+        }
+    }
+
+    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
+        // A TLS failure after the handshake (a server refusing our client certificate, say)
+        // surfaces as an I/O error inside hyper's.
+        let mut source = std::error::Error::source(err);
+        while let Some(cause) = source {
+            if let Some(io) = cause.downcast_ref::<std::io::Error>().filter(|io| {
+                io.get_ref()
+                    .is_some_and(|inner| inner.is::<rustls::Error>())
+            }) {
+                return ErrorCode::InternalError(Some(describe_tls_error(io)));
+            }
+            source = cause.source();
+        }
+        if err.is_incomplete_message() || err.is_canceled() {
+            return ErrorCode::ConnectionTerminated;
+        }
+        if err.is_parse() {
+            return ErrorCode::InternalError(Some(format!(
+                "the answer is not HTTP ({err}); is this a TLS port that needs secure=true?"
+            )));
+        }
+        ErrorCode::InternalError(Some(format!("HTTP: {err}")))
     }
 }
 

@@ -18,8 +18,10 @@ pub mod clock;
 pub mod egress;
 mod error;
 mod runtime;
+mod sender;
 pub mod settings;
 mod state;
+pub mod tls;
 
 pub use backend::{Backend, Lock, State};
 pub use error::{Error, LockInfo, Result};

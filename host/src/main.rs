@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Map, Value, json};
+use state_host::tls::TlsOptions;
 use state_host::{Backend, Error, Runtime, RuntimeOptions, State, settings};
 
 /// The local ClickHouse that `just clickhouse-start` runs.
@@ -39,6 +40,28 @@ struct Cli {
     /// The component to load [default: the built guest, or $STATE_BACKEND_COMPONENT]
     #[arg(long, value_name = "PATH")]
     component: Option<PathBuf>,
+
+    /// PEM file of CA certificates to trust besides the system's (a private CA), for secure=true
+    #[arg(long, env = "CLICKHOUSE_CA_BUNDLE", value_name = "PEM")]
+    ca_bundle: Option<PathBuf>,
+
+    /// PEM file of a client certificate (chain), for mutual TLS
+    #[arg(
+        long,
+        env = "CLICKHOUSE_CLIENT_CERT",
+        value_name = "PEM",
+        requires = "client_key"
+    )]
+    client_cert: Option<PathBuf>,
+
+    /// PEM file of the client certificate's private key, for mutual TLS
+    #[arg(
+        long,
+        env = "CLICKHOUSE_CLIENT_KEY",
+        value_name = "PEM",
+        requires = "client_cert"
+    )]
+    client_key: Option<PathBuf>,
 
     /// Log level for host and guest diagnostics on stderr (error, warn, info, debug)
     #[arg(long, default_value = "warn", value_name = "LEVEL")]
@@ -205,7 +228,15 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
         .component
         .clone()
         .unwrap_or_else(state_host::default_component_path);
-    let runtime = Runtime::load(&component, RuntimeOptions::default())?;
+    let options = RuntimeOptions {
+        tls: TlsOptions {
+            ca_bundle: cli.ca_bundle.clone(),
+            client_cert: cli.client_cert.clone(),
+            client_key: cli.client_key.clone(),
+        },
+        ..RuntimeOptions::default()
+    };
+    let runtime = Runtime::load(&component, options)?;
     let env = settings::from_env(|var| std::env::var(var).ok());
     let all_settings = settings::layered(env, cli.settings.clone());
     let mut backend = runtime.open(&cli.uri, all_settings).await?;

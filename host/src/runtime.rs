@@ -11,10 +11,12 @@ use crate::backend::Backend;
 use crate::bindings::ClickhouseStateBackendPre;
 use crate::bindings::meltano::state_backend::{clock, log};
 use crate::clock::{Clock as HostClock, SystemClock};
-use crate::egress::{Authority, EgressPolicy, TimeoutLimits};
+use crate::egress::{Authority, EgressPolicy, OutgoingHook, TimeoutLimits};
 use crate::error::{Error, Result};
+use crate::sender::Sender;
 use crate::settings::Settings;
 use crate::state::HostState;
+use crate::tls::TlsOptions;
 
 /// File name of the built guest component.
 pub const COMPONENT_FILE: &str = "clickhouse_state.wasm";
@@ -28,6 +30,8 @@ pub struct RuntimeOptions {
     pub clock: Arc<dyn HostClock>,
     /// Upper bounds on the HTTP timeouts a guest may ask for.
     pub timeouts: TimeoutLimits,
+    /// Trust (CA bundle) and identity (client certificate) for https endpoints.
+    pub tls: TlsOptions,
 }
 
 impl Default for RuntimeOptions {
@@ -35,6 +39,7 @@ impl Default for RuntimeOptions {
         RuntimeOptions {
             clock: Arc::new(SystemClock),
             timeouts: TimeoutLimits::default(),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -44,6 +49,7 @@ pub struct Runtime {
     engine: Engine,
     pre: ClickhouseStateBackendPre<HostState>,
     options: RuntimeOptions,
+    sender: Sender,
 }
 
 impl Runtime {
@@ -60,6 +66,7 @@ impl Runtime {
 
     /// Compiles a component from its bytes.
     pub fn from_bytes(bytes: &[u8], options: RuntimeOptions) -> Result<Self> {
+        let sender = Sender::new(options.tls.client_config()?);
         let mut config = wasmtime::Config::new();
         config.wasm_component_model(true);
         let engine = Engine::new(&config).map_err(Error::trap)?;
@@ -81,6 +88,7 @@ impl Runtime {
             engine,
             pre,
             options,
+            sender,
         })
     }
 
@@ -122,7 +130,8 @@ impl Runtime {
         egress: EgressPolicy,
         label: &str,
     ) -> Result<Backend> {
-        let state = HostState::new(egress, Arc::clone(&self.options.clock), label.to_string());
+        let hook = OutgoingHook::new(egress, self.sender.clone());
+        let state = HostState::new(hook, Arc::clone(&self.options.clock), label.to_string());
         let mut store = Store::new(&self.engine, state);
         let bindings = self
             .pre

@@ -8,20 +8,20 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::meltano::state_backend::{clock, log, types};
 use crate::clock::Clock;
-use crate::egress::EgressPolicy;
+use crate::egress::OutgoingHook;
 
 pub struct HostState {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     table: ResourceTable,
-    egress: EgressPolicy,
+    egress: OutgoingHook,
     clock: Arc<dyn Clock>,
     /// Names this instance in the log.
     label: String,
 }
 
 impl HostState {
-    pub fn new(egress: EgressPolicy, clock: Arc<dyn Clock>, label: String) -> Self {
+    pub fn new(egress: OutgoingHook, clock: Arc<dyn Clock>, label: String) -> Self {
         HostState {
             // No env, no args, no preopens, no sockets, stdio discarded: wasi:http is the only
             // way out, and the egress policy decides where it leads.

@@ -365,3 +365,51 @@ fn two_processes_contend_for_one_lock() {
         json(r#"{"singer_state":{"after":1}}"#)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_flags_reach_a_private_ca_with_mutual_tls() {
+    use integration_tests::tls::{Pki, TlsProxy};
+    let cli = Cli::new("cli_tls");
+    let pki = Pki::new("cli");
+    let server = pki.server("server", &["localhost"], false);
+    let client = pki.client("cli-client");
+    let proxy = TlsProxy::start(pki.server_config(&server, true), cli.table.target.clone()).await;
+    let target = &cli.table.target;
+    let uri = format!(
+        "clickhouse://{}:{}@localhost:{}/default?secure=true",
+        target.user,
+        target.password,
+        proxy.port()
+    );
+    let run = |extra: &[&str]| {
+        let mut command = cli.command();
+        command.args(["--uri", &uri]).args(extra);
+        command
+            .args(["set", "tls", r#"{"singer_state":{"tls":true}}"#])
+            .output()
+            .unwrap()
+    };
+    let ca = pki.ca_path();
+    let (cert, key) = (client.cert_path.clone(), client.key_path.clone());
+    let output = run(&[
+        "--ca-bundle",
+        ca.to_str().unwrap(),
+        "--client-cert",
+        cert.to_str().unwrap(),
+        "--client-key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(cli.table.raw_rows(), 1);
+    // Without the CA: a certificate error. Without the client identity: refused.
+    let output = run(&[]);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("certificate was rejected"),
+        "{}",
+        stderr(&output)
+    );
+    let output = run(&["--ca-bundle", ca.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(stderr(&output).contains("TLS"), "{}", stderr(&output));
+}

@@ -1,0 +1,213 @@
+//! The outgoing HTTP sender behind the wasi:http hook: TCP, TLS with our trust settings, HTTP/1.1.
+//!
+//! wasmtime-wasi-http's `default_send_request` trusts only its compiled-in web roots, so it
+//! cannot reach a server with a private CA or present a client certificate. This sender does the
+//! same job with a rustls configuration of ours (see `tls`), and honours the (clamped) connect,
+//! first-byte and between-bytes timeouts.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
+
+/// A response and the future that reports the connection's own failures.
+pub type Sent = (
+    http::Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+);
+
+/// Sends requests with one TLS configuration. Cheap to clone.
+#[derive(Clone)]
+pub struct Sender {
+    tls: Arc<ClientConfig>,
+}
+
+impl Sender {
+    pub fn new(tls: Arc<ClientConfig>) -> Self {
+        Sender { tls }
+    }
+
+    pub async fn send(
+        &self,
+        mut request: http::Request<WasiBody>,
+        options: RequestOptions,
+    ) -> Result<Sent, HttpError> {
+        let uri = request.uri().clone();
+        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let authority = uri.authority().ok_or(HttpError::HttpRequestUriInvalid)?;
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let connect_timeout = options.connect_timeout.unwrap_or(Duration::from_secs(10));
+        let first_byte_timeout = options
+            .first_byte_timeout
+            .unwrap_or(Duration::from_secs(30));
+        let between_bytes = options
+            .between_bytes_timeout
+            .unwrap_or(Duration::from_secs(30))
+            .max(Duration::from_millis(1));
+
+        let tcp = tokio::time::timeout(connect_timeout, TcpStream::connect((host.as_str(), port)))
+            .await
+            .map_err(|_| HttpError::ConnectionTimeout)?
+            .map_err(connect_error)?;
+        // Small requests and responses: do not wait to coalesce.
+        tcp.set_nodelay(true).ok();
+
+        // HTTP/1.1 sends the origin form (path and query); scheme and authority are for proxies.
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        *request.uri_mut() =
+            http::Uri::try_from(path).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+
+        if https {
+            let name = ServerName::try_from(host.clone()).map_err(|_| {
+                HttpError::InternalError(Some(format!("'{host}' is not a valid TLS server name")))
+            })?;
+            let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.tls));
+            let tls = tokio::time::timeout(connect_timeout, connector.connect(name, tcp))
+                .await
+                .map_err(|_| HttpError::ConnectionTimeout)?
+                .map_err(HttpError::Tls)?;
+            exchange(
+                tls,
+                request,
+                connect_timeout,
+                first_byte_timeout,
+                between_bytes,
+            )
+            .await
+        } else {
+            exchange(
+                tcp,
+                request,
+                connect_timeout,
+                first_byte_timeout,
+                between_bytes,
+            )
+            .await
+        }
+    }
+}
+
+async fn exchange<S>(
+    stream: S,
+    request: http::Request<WasiBody>,
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
+    between_bytes: Duration,
+) -> Result<Sent, HttpError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, connection) = tokio::time::timeout(
+        connect_timeout,
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+    )
+    .await
+    .map_err(|_| HttpError::ConnectionTimeout)?
+    .map_err(HttpError::Hyper)?;
+    // The connection is driven by its own task until the response body is read or dropped.
+    let driver = tokio::spawn(connection);
+    let response = tokio::time::timeout(first_byte_timeout, sender.send_request(request))
+        .await
+        .map_err(|_| HttpError::ConnectionReadTimeout)?
+        .map_err(HttpError::Hyper)?;
+    let response = response.map(|incoming| {
+        TimedBody {
+            inner: incoming,
+            between_bytes,
+            deadline: Box::pin(tokio::time::sleep(between_bytes)),
+        }
+        .boxed_unsync()
+    });
+    let io = async move {
+        match driver.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(HttpError::Hyper(e)),
+            Err(e) => Err(HttpError::InternalError(Some(format!(
+                "the connection task failed: {e}"
+            )))),
+        }
+    };
+    Ok((response, Box::new(io)))
+}
+
+fn connect_error(error: std::io::Error) -> HttpError {
+    match error.kind() {
+        std::io::ErrorKind::ConnectionRefused => HttpError::ConnectionRefused,
+        _ => HttpError::Connect(error),
+    }
+}
+
+/// A response body that fails when no byte arrives for `between_bytes`.
+struct TimedBody {
+    inner: hyper::body::Incoming,
+    between_bytes: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl Body for TimedBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let next = Instant::now() + self.between_bytes;
+                self.deadline.as_mut().reset(next);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(HttpError::Hyper(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The message a guest sees for a TLS failure: what was wrong, never a generic code.
+pub fn describe_tls_error(error: &std::io::Error) -> String {
+    let rustls_error = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    match rustls_error {
+        Some(rustls::Error::InvalidCertificate(reason)) => {
+            format!("TLS: the server's certificate was rejected: {reason:?}")
+        }
+        Some(rustls::Error::AlertReceived(alert)) => {
+            format!("TLS: the server refused the handshake ({alert:?})")
+        }
+        Some(rustls::Error::InvalidMessage(_))
+        | Some(rustls::Error::InappropriateMessage { .. }) => {
+            "TLS: the server did not answer with TLS (is it plain HTTP?)".into()
+        }
+        Some(other) => format!("TLS: {other}"),
+        None => format!("TLS: {error}"),
+    }
+}

@@ -1,0 +1,149 @@
+//! TLS for https ClickHouse endpoints: which servers to trust, and an optional client identity.
+//!
+//! Server certificates and host names are always verified. The roots are the operating
+//! system's (or, where it has none, the built-in Mozilla roots), plus an optional CA bundle for
+//! private certificate authorities. There is deliberately no option to turn verification off.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
+
+use crate::error::{Error, Result};
+
+/// Where trust and identity come from.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// PEM file of extra CA certificates to trust (a private CA).
+    pub ca_bundle: Option<PathBuf>,
+    /// PEM file of the client certificate chain, for mutual TLS.
+    pub client_cert: Option<PathBuf>,
+    /// PEM file of the client's private key, for mutual TLS.
+    pub client_key: Option<PathBuf>,
+}
+
+impl fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The key's path is not a secret, its content is; nothing here reads it.
+        f.debug_struct("TlsOptions")
+            .field("ca_bundle", &self.ca_bundle)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+impl TlsOptions {
+    /// The rustls client configuration these options describe.
+    pub fn client_config(&self) -> Result<Arc<ClientConfig>> {
+        let mut roots = RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        let (added, _ignored) = roots.add_parsable_certificates(native.certs);
+        if added == 0 {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        }
+        if let Some(path) = &self.ca_bundle {
+            let certs = read_certs(path, "CA bundle")?;
+            for cert in certs {
+                roots.add(cert).map_err(|e| {
+                    Error::InvalidConfig(format!(
+                        "CA bundle {}: a certificate is not usable as a root: {e}",
+                        path.display()
+                    ))
+                })?;
+            }
+        }
+        let builder =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| Error::InvalidConfig(format!("TLS: {e}")))?
+                .with_root_certificates(roots);
+        let config = match (&self.client_cert, &self.client_key) {
+            (None, None) => builder.with_no_client_auth(),
+            (Some(cert), Some(key)) => {
+                let chain = read_certs(cert, "client certificate")?;
+                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                    Error::InvalidConfig(format!(
+                        "client key {}: no usable PEM private key ({e})",
+                        key.display()
+                    ))
+                })?;
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    Error::InvalidConfig(format!(
+                        "client certificate and key do not form a usable identity: {e}"
+                    ))
+                })?
+            }
+            _ => {
+                return Err(Error::InvalidConfig(
+                    "mutual TLS needs both a client certificate and a client key".into(),
+                ));
+            }
+        };
+        Ok(Arc::new(config))
+    }
+}
+
+fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| Error::InvalidConfig(format!("{what} {}: {e}", path.display())))?
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| Error::InvalidConfig(format!("{what} {}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(Error::InvalidConfig(format!(
+            "{what} {}: no PEM certificate in it",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_roots_load() {
+        assert!(TlsOptions::default().client_config().is_ok());
+    }
+
+    #[test]
+    fn a_missing_bundle_is_a_clear_error() {
+        let options = TlsOptions {
+            ca_bundle: Some("/nonexistent/ca.pem".into()),
+            ..TlsOptions::default()
+        };
+        match options.client_config() {
+            Err(Error::InvalidConfig(m)) => assert!(m.contains("/nonexistent/ca.pem"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_file_without_certificates_is_refused() {
+        let path = std::env::temp_dir().join(format!("not-a-cert-{}.pem", std::process::id()));
+        std::fs::write(&path, "hello").expect("write");
+        let options = TlsOptions {
+            ca_bundle: Some(path.clone()),
+            ..TlsOptions::default()
+        };
+        assert!(
+            matches!(options.client_config(), Err(Error::InvalidConfig(m)) if m.contains("no PEM certificate"))
+        );
+        std::fs::remove_file(path).ok();
+    }
+
+    #[test]
+    fn half_an_identity_is_refused() {
+        let options = TlsOptions {
+            client_cert: Some("/x.pem".into()),
+            ..TlsOptions::default()
+        };
+        assert!(
+            matches!(options.client_config(), Err(Error::InvalidConfig(m)) if m.contains("both"))
+        );
+    }
+}
