@@ -1,6 +1,6 @@
 //! Binding glue: the WIT world onto the plain-Rust [`Store`]. Nothing else lives here.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use crate::error::Error;
@@ -58,7 +58,7 @@ pub struct StoreResource {
 
 pub struct LockResource {
     store: Rc<Inner>,
-    handle: LockHandle,
+    handle: RefCell<LockHandle>,
     released: Cell<bool>,
 }
 
@@ -118,9 +118,34 @@ impl GuestStore for StoreResource {
         let handle = lock::acquire(&self.inner, &state_id).map_err(to_wit)?;
         Ok(api::Lock::new(LockResource {
             store: Rc::clone(&self.inner),
-            handle,
+            handle: RefCell::new(handle),
             released: Cell::new(false),
         }))
+    }
+
+    fn set_locked(&self, state: wit::State, lock: api::LockBorrow<'_>) -> Result<(), wit::Error> {
+        let lock = self.own_lock(&lock)?;
+        self.inner
+            .set_locked(&state_from_wit(state), &mut lock.handle.borrow_mut())
+            .map_err(to_wit)
+    }
+
+    fn delete_locked(&self, lock: api::LockBorrow<'_>) -> Result<(), wit::Error> {
+        let lock = self.own_lock(&lock)?;
+        self.inner
+            .clear_locked(&mut lock.handle.borrow_mut())
+            .map_err(to_wit)
+    }
+
+    fn lock_info(&self, state_id: String) -> Result<Option<wit::LockInfo>, wit::Error> {
+        self.inner
+            .lock_info(&state_id)
+            .map(|info| info.map(info_to_wit))
+            .map_err(to_wit)
+    }
+
+    fn force_unlock(&self, state_id: String) -> Result<bool, wit::Error> {
+        self.inner.force_unlock(&state_id).map_err(to_wit)
     }
 
     fn migrate(&self) -> Result<(), wit::Error> {
@@ -128,20 +153,54 @@ impl GuestStore for StoreResource {
     }
 }
 
+impl StoreResource {
+    /// A lock handed back by the caller, checked to belong to this store and to be held.
+    fn own_lock<'a>(&self, lock: &'a api::LockBorrow<'_>) -> Result<&'a LockResource, wit::Error> {
+        let lock: &LockResource = lock.get();
+        if !Rc::ptr_eq(&lock.store, &self.inner) {
+            return Err(wit::Error::InvalidInput(
+                "the lock belongs to another store".into(),
+            ));
+        }
+        if lock.released.get() {
+            return Err(wit::Error::LockLost("the lock was released".into()));
+        }
+        Ok(lock)
+    }
+}
+
 impl GuestLock for LockResource {
     fn state_id(&self) -> String {
-        self.handle.state_id.clone()
+        self.handle.borrow().state_id.clone()
     }
 
     fn token(&self) -> u64 {
-        self.handle.token
+        self.handle.borrow().token
+    }
+
+    fn info(&self) -> wit::LockInfo {
+        let handle = self.handle.borrow();
+        wit::LockInfo {
+            state_id: handle.state_id.clone(),
+            owner: handle.owner.clone(),
+            token: handle.token,
+            acquired_at_ms: handle.acquired_at_ms,
+            expires_at_ms: handle.lease_until_ms,
+        }
+    }
+
+    fn renew(&self) -> Result<(), wit::Error> {
+        if self.released.get() {
+            return Err(wit::Error::LockLost("the lock was released".into()));
+        }
+        lock::renew(&self.store, &mut self.handle.borrow_mut()).map_err(to_wit)
     }
 
     fn release(&self) -> Result<(), wit::Error> {
         if self.released.replace(true) {
             return Ok(());
         }
-        lock::release(&self.store, &self.handle).map_err(to_wit)
+        lock::release(&self.store, &self.handle.borrow()).map_err(to_wit)
     }
 }
 
@@ -149,7 +208,7 @@ impl Drop for LockResource {
     fn drop(&mut self) {
         if !self.released.get() {
             // Best effort: a lock nobody releases still expires with its lease.
-            if let Err(e) = lock::release(&self.store, &self.handle) {
+            if let Err(e) = lock::release(&self.store, &self.handle.borrow()) {
                 WasiHost.log(
                     Level::Warn,
                     &format!("releasing a dropped lock failed: {e}"),
@@ -175,6 +234,16 @@ fn state_from_wit(state: wit::State) -> State {
     }
 }
 
+fn info_to_wit(info: crate::error::LockInfo) -> wit::LockInfo {
+    wit::LockInfo {
+        state_id: info.state_id,
+        owner: info.owner,
+        token: info.token,
+        acquired_at_ms: info.acquired_at_ms,
+        expires_at_ms: info.expires_at_ms,
+    }
+}
+
 fn to_wit(error: Error) -> wit::Error {
     match error {
         Error::InvalidConfig(m) => wit::Error::InvalidConfig(m),
@@ -182,13 +251,7 @@ fn to_wit(error: Error) -> wit::Error {
         Error::Unauthorized(m) => wit::Error::Unauthorized(m),
         Error::Unreachable(m) => wit::Error::Unreachable(m),
         Error::Timeout(m) => wit::Error::Timeout(m),
-        Error::Locked(info) => wit::Error::Locked(wit::LockInfo {
-            state_id: info.state_id,
-            owner: info.owner,
-            token: info.token,
-            acquired_at_ms: info.acquired_at_ms,
-            expires_at_ms: info.expires_at_ms,
-        }),
+        Error::Locked(info) => wit::Error::Locked(info_to_wit(info)),
         Error::LockLost(m) => wit::Error::LockLost(m),
         Error::Server(e) => wit::Error::Server(wit::ServerError {
             code: e.code,

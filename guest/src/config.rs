@@ -21,6 +21,20 @@ pub const HTTPS_PORT: u16 = 8443;
 /// The original backend gives up acquiring a lock after 30 s.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_LOCK_RETRY_MS: u64 = 1_000;
+/// A holder that stops renewing loses the lock after this long.
+pub const DEFAULT_LOCK_LEASE_MS: u64 = 300_000;
+/// The original protocol's settle time.
+pub const DEFAULT_LOCK_SETTLE_MS: u64 = 1_000;
+
+/// Which lock protocol to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// Generations in an append-only lock log, with fencing tokens and leases (the default).
+    Fenced,
+    /// The original Python backend's settle-then-decide protocol on its `<table>_lock` table,
+    /// for fleets that still run the Python backend.
+    Settle,
+}
 
 /// The settings a caller may pass to `open`.
 pub const SETTING_NAMES: &[&str] = &[
@@ -34,6 +48,9 @@ pub const SETTING_NAMES: &[&str] = &[
     "table",
     "lock_timeout_seconds",
     "lock_retry_seconds",
+    "lock_mode",
+    "lock_lease_seconds",
+    "lock_settle_seconds",
 ];
 
 /// A password. Its `Debug` and `Display` never show it.
@@ -90,6 +107,9 @@ pub struct Config {
     pub table: String,
     pub lock_timeout_ms: u64,
     pub lock_retry_ms: u64,
+    pub lock_mode: LockMode,
+    pub lock_lease_ms: u64,
+    pub lock_settle_ms: u64,
 }
 
 impl Config {
@@ -120,6 +140,11 @@ impl Config {
     pub fn lock_table(&self) -> String {
         format!("{}_lock", self.table)
     }
+
+    /// The append-only lock log of the fenced protocol: `<table>_lock_log`.
+    pub fn lock_log_table(&self) -> String {
+        format!("{}_lock_log", self.table)
+    }
 }
 
 /// What the URI and settings said, before defaults and validation.
@@ -135,6 +160,9 @@ struct UriParts {
     table: Option<String>,
     lock_timeout_ms: Option<u64>,
     lock_retry_ms: Option<u64>,
+    lock_mode: Option<LockMode>,
+    lock_lease_ms: Option<u64>,
+    lock_settle_ms: Option<u64>,
 }
 
 impl UriParts {
@@ -204,6 +232,21 @@ impl UriParts {
                 self.lock_timeout_ms = Some(parse_seconds(name, value, true)?);
             }
             "lock_retry_seconds" => self.lock_retry_ms = Some(parse_seconds(name, value, false)?),
+            "lock_lease_seconds" => self.lock_lease_ms = Some(parse_seconds(name, value, false)?),
+            "lock_settle_seconds" => {
+                self.lock_settle_ms = Some(parse_seconds(name, value, true)?);
+            }
+            "lock_mode" => {
+                self.lock_mode = Some(match value.trim().to_ascii_lowercase().as_str() {
+                    "fenced" | "" => LockMode::Fenced,
+                    "settle" => LockMode::Settle,
+                    _ => {
+                        return Err(Error::InvalidConfig(format!(
+                            "'lock_mode' must be 'fenced' or 'settle', not '{value}'"
+                        )));
+                    }
+                });
+            }
             other => {
                 return Err(Error::InvalidConfig(format!(
                     "unknown setting '{other}'; known settings: {}",
@@ -243,7 +286,7 @@ impl UriParts {
         let table = self.table.unwrap_or_else(|| DEFAULT_TABLE.into());
         validate_identifier("schema", &schema)?;
         validate_identifier("table", &table)?;
-        if table.len() > 200 {
+        if table.len() > 190 {
             return Err(Error::InvalidConfig("table name is too long".into()));
         }
         Ok(Config {
@@ -257,6 +300,9 @@ impl UriParts {
             table,
             lock_timeout_ms: self.lock_timeout_ms.unwrap_or(DEFAULT_LOCK_TIMEOUT_MS),
             lock_retry_ms: self.lock_retry_ms.unwrap_or(DEFAULT_LOCK_RETRY_MS),
+            lock_mode: self.lock_mode.unwrap_or(LockMode::Fenced),
+            lock_lease_ms: self.lock_lease_ms.unwrap_or(DEFAULT_LOCK_LEASE_MS),
+            lock_settle_ms: self.lock_settle_ms.unwrap_or(DEFAULT_LOCK_SETTLE_MS),
         })
     }
 }
@@ -416,6 +462,25 @@ mod tests {
         assert_eq!(c.password.expose(), "p2");
         assert_eq!((c.schema.as_str(), c.table.as_str()), ("s2", "t2"));
         assert_eq!((c.lock_timeout_ms, c.lock_retry_ms), (2500, 100));
+        let m = Config::parse(
+            "clickhouse://u@h/db",
+            &settings(&[
+                ("lock_mode", "settle"),
+                ("lock_lease_seconds", "60"),
+                ("lock_settle_seconds", "0"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(
+            (m.lock_mode, m.lock_lease_ms, m.lock_settle_ms),
+            (LockMode::Settle, 60_000, 0)
+        );
+        assert_eq!(
+            Config::parse("clickhouse://u@h/db", &[])
+                .expect("valid")
+                .lock_mode,
+            LockMode::Fenced
+        );
         assert_eq!(c.lock_table(), "t2_lock");
     }
 

@@ -48,6 +48,12 @@ impl Query {
     fn json(self) -> Self {
         self.setting("output_format_json_quote_64bit_integers", "0")
     }
+
+    /// Reads that decide something (who holds a lock, what to merge into) must see every
+    /// acknowledged insert, also on replicated clusters and ClickHouse Cloud.
+    fn deciding(self) -> Self {
+        self.setting("select_sequential_consistency", "1")
+    }
 }
 
 /// `name` in backticks. Names are validated identifiers already; escaping is belt and braces.
@@ -87,6 +93,7 @@ pub struct Statements {
     schema: String,
     state: String,
     lock: String,
+    log: String,
 }
 
 impl Statements {
@@ -95,6 +102,7 @@ impl Statements {
         Statements {
             state: format!("{schema}.{}", quote_identifier(&config.table)),
             lock: format!("{schema}.{}", quote_identifier(&config.lock_table())),
+            log: format!("{schema}.{}", quote_identifier(&config.lock_log_table())),
             schema,
         }
     }
@@ -125,9 +133,25 @@ impl Statements {
         ))
     }
 
+    /// The fenced protocol's append-only lock log. Plain MergeTree, so no merge ever collapses
+    /// rows; every row is unique (state id, generation, event, owner). Deduplication by token
+    /// (on by default on replicated and Cloud tables; switched on here for a single server) makes
+    /// a retried insert land once.
+    pub fn create_lock_log_table(&self) -> Query {
+        Query::new(format!(
+            "CREATE TABLE IF NOT EXISTS {} (state_id String, generation UInt64, \
+             event Enum8('acquire' = 1, 'renew' = 2, 'release' = 3, 'force' = 4), \
+             owner String, at_ms UInt64, until_ms UInt64, floor_ms UInt64) \
+             ENGINE = MergeTree ORDER BY (state_id, generation, event, owner) \
+             SETTINGS non_replicated_deduplication_window = 10000",
+            self.log
+        ))
+    }
+
     // -- states --
 
     /// One state, with its version: `{"partial_state", "completed_state", "updated_at_ms"}`.
+    /// A deciding read (`update` merges into it), so sequentially consistent.
     pub fn get(&self, state_id: &str) -> Query {
         Query::new(format!(
             "SELECT partial_state, completed_state, toUnixTimestamp64Milli(updated_at) AS updated_at_ms \
@@ -136,6 +160,7 @@ impl Statements {
         ))
         .param("id", state_id)
         .json()
+        .deciding()
     }
 
     /// The newest version stored for one id (0 when none), one number in TSV.
@@ -147,12 +172,14 @@ impl Statements {
         .param("id", state_id)
     }
 
-    /// The newest version stored for any id (0 when none), one number in TSV.
-    pub fn newest_version(&self) -> Query {
+    /// The newest version of every id, as JSONEachRow `{"state_id", "version"}`.
+    pub fn versions(&self) -> Query {
         Query::new(format!(
-            "SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {}",
+            "SELECT state_id, toUnixTimestamp64Milli(max(updated_at)) AS version FROM {} \
+             GROUP BY state_id FORMAT JSONEachRow",
             self.state
         ))
+        .json()
     }
 
     /// Writes rows given as JSONEachRow (`state_id`, `partial_state`, `completed_state`,
@@ -175,6 +202,19 @@ impl Statements {
             self.state
         ))
         .param("id", state_id)
+        .write()
+        .setting("mutations_sync", "2")
+    }
+
+    /// Deletes the versions written up to `cap_ms`: a holder whose lock was taken over cannot
+    /// delete what the next holder wrote (its versions are above the cap).
+    pub fn delete_up_to(&self, state_id: &str, cap_ms: u64) -> Query {
+        Query::new(format!(
+            "DELETE FROM {} WHERE state_id = {{id:String}} AND updated_at <= fromUnixTimestamp64Milli(toInt64({{cap:UInt64}}))",
+            self.state
+        ))
+        .param("id", state_id)
+        .param("cap", cap_ms.to_string())
         .write()
         .setting("mutations_sync", "2")
     }
@@ -239,6 +279,83 @@ impl Statements {
         .param("id", state_id)
         .param("cutoff", cutoff_s.to_string())
         .json()
+        .deciding()
+    }
+
+    /// Every candidate of an id (force-unlock).
+    pub fn lock_delete_all(&self, state_id: &str) -> Query {
+        Query::new(format!(
+            "DELETE FROM {} WHERE state_id = {{id:String}}",
+            self.lock
+        ))
+        .param("id", state_id)
+        .write()
+        .setting("mutations_sync", "2")
+    }
+
+    // -- the fenced protocol's lock log --
+
+    /// The newest generation of an id, folded into one row (none when the id was never locked):
+    /// `{"generation", "holder", "acquired_at", "lease_until", "grant_floor", "released",
+    /// "release_cap", "forced"}` (times in unix milliseconds).
+    pub fn log_state(&self, state_id: &str) -> Query {
+        Query::new(format!(
+            "SELECT generation, argMinIf(owner, at_ms, event = 'acquire') AS holder, \
+             minIf(at_ms, event = 'acquire') AS acquired_at, \
+             maxIf(until_ms, event IN ('acquire', 'renew')) AS lease_until, \
+             maxIf(floor_ms, event = 'acquire') AS grant_floor, \
+             countIf(event = 'release') > 0 AS released, \
+             maxIf(until_ms, event = 'release') AS release_cap, \
+             countIf(event = 'force') > 0 AS forced \
+             FROM {log} WHERE state_id = {{id:String}} \
+             AND generation = (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) \
+             GROUP BY generation FORMAT JSONEachRow",
+            log = self.log
+        ))
+        .param("id", state_id)
+        .json()
+        .deciding()
+    }
+
+    /// Who asked for generation `generation` of an id, and the newest generation now:
+    /// `{"owner", "at_ms", "until_ms", "floor_ms", "newest"}` per acquire row.
+    pub fn log_claims(&self, state_id: &str, generation: u64) -> Query {
+        Query::new(format!(
+            "SELECT owner, at_ms, until_ms, floor_ms, \
+             (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) AS newest \
+             FROM {log} WHERE state_id = {{id:String}} AND generation = {{generation:UInt64}} \
+             AND event = 'acquire' FORMAT JSONEachRow",
+            log = self.log
+        ))
+        .param("id", state_id)
+        .param("generation", generation.to_string())
+        .json()
+        .deciding()
+    }
+
+    /// Appends one row; `row` is a JSONEachRow line. `token` names the logical event, so a
+    /// retry is deduplicated and two contenders for one generation cannot both land twice.
+    pub fn log_insert(&self, row: Vec<u8>, token: &str) -> Query {
+        let mut query = Query::new(format!(
+            "INSERT INTO {} (state_id, generation, event, owner, at_ms, until_ms, floor_ms) FORMAT JSONEachRow",
+            self.log
+        ))
+        .write()
+        .setting("insert_deduplication_token", token);
+        query.data = Some(row);
+        query
+    }
+
+    /// Drops the rows of generations older than `below` (they no longer decide anything).
+    pub fn log_prune(&self, state_id: &str, below: u64) -> Query {
+        Query::new(format!(
+            "DELETE FROM {} WHERE state_id = {{id:String}} AND generation < {{below:UInt64}}",
+            self.log
+        ))
+        .param("id", state_id)
+        .param("below", below.to_string())
+        .write()
+        .setting("mutations_sync", "0")
     }
 
     /// Inserts a candidate; `row` is one JSONEachRow line (`state_id`, `lock_id`, `locked_at`).

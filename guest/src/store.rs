@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::config::{Config, LockMode};
+use crate::error::{Error, LockInfo, Result};
 use crate::glob;
 use crate::http::{Client, Transport};
-use crate::lock;
+use crate::lock::{self, LockHandle};
 use crate::merge::merge;
 use crate::sql::{Query, Statements};
 
@@ -64,6 +64,12 @@ struct ListedRow {
     completed_state: Option<String>,
 }
 
+#[derive(Deserialize)]
+struct VersionRow {
+    state_id: String,
+    version: u64,
+}
+
 #[derive(Serialize)]
 struct InsertRow<'a> {
     state_id: &'a str,
@@ -108,6 +114,7 @@ impl<T: Transport, H: Host> Store<T, H> {
         self.client.execute(&self.sql.create_schema())?;
         self.client.execute(&self.sql.create_state_table())?;
         self.client.execute(&self.sql.create_lock_table())?;
+        self.client.execute(&self.sql.create_lock_log_table())?;
         Ok(())
     }
 
@@ -140,8 +147,8 @@ impl<T: Transport, H: Host> Store<T, H> {
         validate_state_id(&state.state_id)?;
         let partial = parse_object(&state.partial, "partial state")?;
         let completed = parse_object(&state.completed, "completed state")?;
-        let held = lock::acquire(self, &state.state_id)?;
-        let result = self.update_locked(state, partial, completed);
+        let mut held = lock::acquire(self, &state.state_id)?;
+        let result = self.update_locked(state, partial, completed, &mut held);
         let released = lock::release(self, &held);
         result.and(released)
     }
@@ -151,9 +158,10 @@ impl<T: Transport, H: Host> Store<T, H> {
         state: &State,
         partial: Map<String, Value>,
         completed: Map<String, Value>,
+        lock: &mut LockHandle,
     ) -> Result<()> {
         let stored = self.get_versioned(&state.state_id)?;
-        let version = self.next_version(stored.as_ref().map_or(0, |(_, v)| *v));
+        let stored_version = stored.as_ref().map_or(0, |(_, v)| *v);
         let to_write = match stored {
             // A partial state merges into the stored partial; the stored completed stays.
             Some((stored, _)) if completed.is_empty() => {
@@ -178,7 +186,23 @@ impl<T: Transport, H: Host> Store<T, H> {
                 completed: "{}".into(),
             },
         };
+        let version = lock::write_version(self, lock, stored_version)?;
         self.write(std::slice::from_ref(&to_write), version)
+    }
+
+    /// Overwrites a state under a lock the caller holds: the write is fenced by the lock, so it
+    /// fails with `lock-lost` rather than overwrite what a later holder wrote.
+    pub fn set_locked(&self, state: &State, lock: &mut LockHandle) -> Result<()> {
+        validate_state(state)?;
+        if state.state_id != lock.state_id {
+            return Err(Error::InvalidInput(format!(
+                "the lock is on {:?}, not on {:?}",
+                lock.state_id, state.state_id
+            )));
+        }
+        let stored = self.read_version(&self.sql.version_of(&state.state_id))?;
+        let version = lock::write_version(self, lock, stored)?;
+        self.write(std::slice::from_ref(state), version)
     }
 
     pub fn delete(&self, state_id: &str) -> Result<()> {
@@ -188,10 +212,26 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn clear(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
-        let held = lock::acquire(self, state_id)?;
-        let result = self.run(&self.sql.delete(state_id)).map(drop);
+        let mut held = lock::acquire(self, state_id)?;
+        let result = self.clear_locked(&mut held);
         let released = lock::release(self, &held);
         result.and(released)
+    }
+
+    /// Deletes a state under a lock the caller holds. With fencing, only versions up to the
+    /// lease end go: a holder that lost its lock cannot delete what the next holder wrote.
+    pub fn clear_locked(&self, lock: &mut LockHandle) -> Result<()> {
+        let query = match lock.mode {
+            LockMode::Fenced => {
+                // The cap is a fenced version above everything stored now: refused once the
+                // lease has run out or a later holder has written.
+                let stored = self.read_version(&self.sql.version_of(&lock.state_id))?;
+                let cap = lock::write_version(self, lock, stored)?;
+                self.sql.delete_up_to(&lock.state_id, cap)
+            }
+            LockMode::Settle => self.sql.delete(&lock.state_id),
+        };
+        self.run(&query).map(drop)
     }
 
     pub fn state_ids(&self, pattern: Option<&str>) -> Result<Vec<String>> {
@@ -225,18 +265,44 @@ impl<T: Transport, H: Host> Store<T, H> {
         for (index, state) in states.iter().enumerate() {
             last_index.insert(&state.state_id, index);
         }
-        let unique: Vec<State> = states
+        let unique: Vec<&State> = states
             .iter()
             .enumerate()
             .filter(|(index, state)| last_index[state.state_id.as_str()] == *index)
-            .map(|(_, state)| state.clone())
+            .map(|(_, state)| state)
             .collect();
         if unique.is_empty() {
             return Ok(0);
         }
-        let stored = self.read_version(&self.sql.newest_version())?;
-        self.write(&unique, self.next_version(stored))?;
-        Ok(unique.len() as u64)
+        // Each id's own newest version, so each write lands above it (one read, one insert).
+        let body = self.run(&self.sql.versions())?;
+        let mut stored: HashMap<String, u64> = HashMap::new();
+        for line in json_lines(&body) {
+            let row: VersionRow = parse_row(line)?;
+            stored.insert(row.state_id, row.version);
+        }
+        let now = self.host.now_ms();
+        let rows: Vec<(&State, u64)> = unique
+            .into_iter()
+            .map(|s| {
+                (
+                    s,
+                    now.max(stored.get(&s.state_id).map_or(0, |v| v.saturating_add(1))),
+                )
+            })
+            .collect();
+        self.insert(&rows)?;
+        Ok(rows.len() as u64)
+    }
+
+    pub fn lock_info(&self, state_id: &str) -> Result<Option<LockInfo>> {
+        validate_state_id(state_id)?;
+        lock::info(self, state_id)
+    }
+
+    pub fn force_unlock(&self, state_id: &str) -> Result<bool> {
+        validate_state_id(state_id)?;
+        lock::force_unlock(self, state_id)
     }
 
     pub fn clear_all(&self) -> Result<u64> {
@@ -257,26 +323,30 @@ impl<T: Transport, H: Host> Store<T, H> {
     }
 
     fn write(&self, states: &[State], version_ms: u64) -> Result<()> {
-        let updated_at = format!("{}.{:03}", version_ms / 1000, version_ms % 1000);
-        let mut rows = Vec::with_capacity(
-            states
-                .iter()
-                .map(|s| s.partial.len() + s.completed.len() + s.state_id.len() + 96)
-                .sum(),
-        );
-        for state in states {
+        let rows: Vec<(&State, u64)> = states.iter().map(|s| (s, version_ms)).collect();
+        self.insert(&rows)
+    }
+
+    /// One INSERT of JSON rows, each with its version, under a fresh deduplication token.
+    fn insert(&self, rows: &[(&State, u64)]) -> Result<()> {
+        let capacity = rows
+            .iter()
+            .map(|(s, _)| s.partial.len() + s.completed.len() + s.state_id.len() + 96)
+            .sum();
+        let mut data = Vec::with_capacity(capacity);
+        for (state, version_ms) in rows {
             let row = InsertRow {
                 state_id: &state.state_id,
                 partial_state: &state.partial,
                 completed_state: &state.completed,
-                updated_at: updated_at.clone(),
+                updated_at: format!("{}.{:03}", version_ms / 1000, version_ms % 1000),
             };
-            serde_json::to_writer(&mut rows, &row)
+            serde_json::to_writer(&mut data, &row)
                 .map_err(|e| Error::InvalidInput(format!("cannot encode state: {e}")))?;
-            rows.push(b'\n');
+            data.push(b'\n');
         }
         let token = self.new_token();
-        self.run(&self.sql.insert_states(rows, &token)).map(drop)
+        self.run(&self.sql.insert_states(data, &token)).map(drop)
     }
 
     pub(crate) fn new_token(&self) -> String {

@@ -4,7 +4,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::bindings::{ClickhouseStateBackend, wit};
-use crate::error::{Error, Result};
+use crate::error::{Error, LockInfo, Result};
 use crate::settings::Settings;
 use crate::state::HostState;
 
@@ -168,6 +168,46 @@ impl Backend {
         })
     }
 
+    /// Extends a held lock's lease from now; `LockLost` when it is no longer held.
+    pub async fn renew(&mut self, lock: &Lock) -> Result<()> {
+        let lock_api = self.bindings.meltano_state_backend_backend().lock();
+        lock_api
+            .call_renew(&mut self.store, lock.resource)
+            .await
+            .map_err(Error::trap)?
+            .map_err(Error::from)
+    }
+
+    /// Owner, token and lease of a held lock, as the guest sees it.
+    pub async fn lock_details(&mut self, lock: &Lock) -> Result<LockInfo> {
+        let lock_api = self.bindings.meltano_state_backend_backend().lock();
+        let info = lock_api
+            .call_info(&mut self.store, lock.resource)
+            .await
+            .map_err(Error::trap)?;
+        Ok(info_from_wit(info))
+    }
+
+    /// Overwrites the lock's state, fenced by the lock.
+    pub async fn set_locked(&mut self, state: &State, lock: &Lock) -> Result<()> {
+        call!(self.call_set_locked(&wit::State::from(state), lock.resource))
+    }
+
+    /// Removes the lock's state, fenced by the lock.
+    pub async fn delete_locked(&mut self, lock: &Lock) -> Result<()> {
+        call!(self.call_delete_locked(lock.resource))
+    }
+
+    /// Who holds the lock of `state_id`, if anyone.
+    pub async fn lock_info(&mut self, state_id: &str) -> Result<Option<LockInfo>> {
+        Ok(call!(self.call_lock_info(state_id))?.map(info_from_wit))
+    }
+
+    /// Breaks the lock of `state_id`; returns whether one was held.
+    pub async fn force_unlock(&mut self, state_id: &str) -> Result<bool> {
+        call!(self.call_force_unlock(state_id))
+    }
+
     /// Gives a lock back. The resource is dropped whatever the outcome.
     pub async fn release(&mut self, lock: Lock) -> Result<()> {
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
@@ -190,5 +230,15 @@ impl Backend {
             .resource_drop_async(&mut self.store)
             .await
             .map_err(Error::trap)
+    }
+}
+
+fn info_from_wit(info: wit::LockInfo) -> LockInfo {
+    LockInfo {
+        state_id: info.state_id,
+        owner: info.owner,
+        token: info.token,
+        acquired_at_ms: info.acquired_at_ms,
+        expires_at_ms: info.expires_at_ms,
     }
 }

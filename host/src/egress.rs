@@ -6,11 +6,13 @@
 //! authority. Timeouts the guest asks for are clamped to the host's limits.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+use crate::clock::Clock;
 use crate::sender::{Sender, describe_tls_error};
 
 /// One authority a guest may call.
@@ -135,15 +137,34 @@ type SendFuture = Box<
         > + Send,
 >;
 
+/// Sees every request a guest sends that its policy allowed, before it goes out. Tests use it
+/// to count round trips and to delay chosen requests (in the instance's clock's time).
+pub trait Interceptor: Send + Sync + 'static {
+    /// How long to hold this request back, if at all.
+    fn before_send(&self, method: &http::Method, uri: &http::Uri) -> Option<Duration>;
+}
+
 /// The wasi:http hook of one instance: its policy decides, its sender sends.
 pub struct OutgoingHook {
     policy: EgressPolicy,
     sender: Sender,
+    clock: Arc<dyn Clock>,
+    interceptor: Option<Arc<dyn Interceptor>>,
 }
 
 impl OutgoingHook {
-    pub fn new(policy: EgressPolicy, sender: Sender) -> Self {
-        OutgoingHook { policy, sender }
+    pub fn new(
+        policy: EgressPolicy,
+        sender: Sender,
+        clock: Arc<dyn Clock>,
+        interceptor: Option<Arc<dyn Interceptor>>,
+    ) -> Self {
+        OutgoingHook {
+            policy,
+            sender,
+            clock,
+            interceptor,
+        }
     }
 }
 
@@ -161,7 +182,17 @@ impl WasiHttpHooks for OutgoingHook {
         }
         let options = self.policy.timeouts.clamp(options);
         let sender = self.sender.clone();
-        Box::new(async move { sender.send(request, options).await })
+        let delay = self
+            .interceptor
+            .as_ref()
+            .and_then(|i| i.before_send(request.method(), request.uri()));
+        let pause = delay.map(|d| self.clock.sleep(d.as_millis() as u64));
+        Box::new(async move {
+            if let Some(pause) = pause {
+                pause.await;
+            }
+            sender.send(request, options).await
+        })
     }
 
     fn p2_error_from_tls(&mut self, err: &std::io::Error) -> ErrorCode {

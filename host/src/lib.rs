@@ -25,4 +25,6 @@ pub mod tls;
 
 pub use backend::{Backend, Lock, State};
 pub use error::{Error, LockInfo, Result};
-pub use runtime::{COMPONENT_ENV, COMPONENT_FILE, Runtime, RuntimeOptions, default_component_path};
+pub use runtime::{
+    COMPONENT_ENV, COMPONENT_FILE, InstanceOptions, Runtime, RuntimeOptions, default_component_path,
+};

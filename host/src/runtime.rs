@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::bindings::ClickhouseStateBackendPre;
 use crate::bindings::meltano::state_backend::{clock, log};
 use crate::clock::{Clock as HostClock, SystemClock};
-use crate::egress::{Authority, EgressPolicy, OutgoingHook, TimeoutLimits};
+use crate::egress::{Authority, EgressPolicy, Interceptor, OutgoingHook, TimeoutLimits};
 use crate::error::{Error, Result};
 use crate::sender::Sender;
 use crate::settings::Settings;
@@ -99,26 +99,8 @@ impl Runtime {
     /// A new instance connected to the store at `uri`. `settings` override the URI; the
     /// instance may reach that ClickHouse endpoint and nothing else.
     pub async fn open(&self, uri: &str, settings: Settings) -> Result<Backend> {
-        self.open_labelled(uri, settings, "backend").await
-    }
-
-    /// As [`Runtime::open`], with a label that names this instance in the log.
-    pub async fn open_labelled(
-        &self,
-        uri: &str,
-        settings: Settings,
-        label: &str,
-    ) -> Result<Backend> {
-        // The same parser the guest uses, compiled natively: the policy allows exactly the
-        // endpoint the guest will call. A bad configuration fails here with the guest's message.
-        let config = clickhouse_state::config::Config::parse(uri, &settings)?;
-        let egress = EgressPolicy::allow_only(vec![Authority::new(
-            config.scheme.as_str(),
-            &config.host,
-            config.port,
-        )])
-        .with_timeouts(self.options.timeouts);
-        self.open_with_policy(uri, settings, egress, label).await
+        self.open_with(uri, settings, InstanceOptions::default())
+            .await
     }
 
     /// As [`Runtime::open`], with an explicit egress policy (tests use this to point a guest at
@@ -130,8 +112,44 @@ impl Runtime {
         egress: EgressPolicy,
         label: &str,
     ) -> Result<Backend> {
-        let hook = OutgoingHook::new(egress, self.sender.clone());
-        let state = HostState::new(hook, Arc::clone(&self.options.clock), label.to_string());
+        let options = InstanceOptions {
+            label: label.to_string(),
+            egress: Some(egress),
+            interceptor: None,
+        };
+        self.open_with(uri, settings, options).await
+    }
+
+    /// As [`Runtime::open`], with per-instance options.
+    pub async fn open_with(
+        &self,
+        uri: &str,
+        settings: Settings,
+        options: InstanceOptions,
+    ) -> Result<Backend> {
+        let egress = match options.egress {
+            Some(egress) => egress,
+            None => {
+                // The same parser the guest uses, compiled natively: the policy allows exactly
+                // the endpoint the guest will call. A bad configuration fails here, with the
+                // guest's own message.
+                let config = clickhouse_state::config::Config::parse(uri, &settings)?;
+                EgressPolicy::allow_only(vec![Authority::new(
+                    config.scheme.as_str(),
+                    &config.host,
+                    config.port,
+                )])
+            }
+        }
+        .with_timeouts(self.options.timeouts);
+        let clock = Arc::clone(&self.options.clock);
+        let hook = OutgoingHook::new(
+            egress,
+            self.sender.clone(),
+            Arc::clone(&clock),
+            options.interceptor,
+        );
+        let state = HostState::new(hook, clock, options.label);
         let mut store = Store::new(&self.engine, state);
         let bindings = self
             .pre
@@ -139,6 +157,27 @@ impl Runtime {
             .await
             .map_err(Error::trap)?;
         Backend::open(store, bindings, uri, settings).await
+    }
+}
+
+/// Options of one instance.
+#[derive(Clone)]
+pub struct InstanceOptions {
+    /// Names the instance in the log.
+    pub label: String,
+    /// What it may reach; by default exactly its configured ClickHouse.
+    pub egress: Option<EgressPolicy>,
+    /// Sees (and may delay) every request it sends; for tests.
+    pub interceptor: Option<Arc<dyn Interceptor>>,
+}
+
+impl Default for InstanceOptions {
+    fn default() -> Self {
+        InstanceOptions {
+            label: "backend".into(),
+            egress: None,
+            interceptor: None,
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::meltano::state_backend::{clock, log, types};
-use crate::clock::Clock;
+use crate::clock::{Clock, Registration};
 use crate::egress::OutgoingHook;
 
 pub struct HostState {
@@ -16,6 +16,8 @@ pub struct HostState {
     table: ResourceTable,
     egress: OutgoingHook,
     clock: Arc<dyn Clock>,
+    /// Membership in the clock, for as long as this instance lives.
+    _registration: Registration,
     /// Names this instance in the log.
     label: String,
 }
@@ -23,6 +25,7 @@ pub struct HostState {
 impl HostState {
     pub fn new(egress: OutgoingHook, clock: Arc<dyn Clock>, label: String) -> Self {
         HostState {
+            _registration: clock.register(),
             // No env, no args, no preopens, no sockets, stdio discarded: wasi:http is the only
             // way out, and the egress policy decides where it leads.
             wasi: WasiCtx::builder().build(),

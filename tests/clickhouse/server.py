@@ -507,7 +507,8 @@ class Handler(BaseHTTPRequestHandler):
             sql, database=database, fmt=fmt, settings=settings, params=query_params
         )
         payload = result.bytes()
-        is_insert = kind == "MUTATING" and re.match(r"^\s*INSERT\b", sql, re.IGNORECASE)
+        # chDB classifies `INSERT ... SETTINGS ...` as CONTROL, so look at the statement itself.
+        is_insert = re.match(r"^\s*INSERT\b", sql, re.IGNORECASE) is not None
         read_rows, read_bytes = result.storage_rows_read(), result.storage_bytes_read()
         if is_insert:
             # For INSERT, chDB counts inline data as "read" too: report reads only for

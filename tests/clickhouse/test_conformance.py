@@ -274,9 +274,11 @@ def test_summary_counts_written_rows(server: Server, database: str):
     assert json.loads(resp.header("X-ClickHouse-Summary"))["written_rows"] == "3"
     resp = server.query(f"INSERT INTO {database}.t SELECT number FROM numbers(100) WHERE number % 10 = 0")
     assert json.loads(resp.header("X-ClickHouse-Summary"))["written_rows"] == "10"
+    resp = server.query(f"INSERT INTO {database}.t SETTINGS async_insert = 0 VALUES (7), (8)")
+    assert json.loads(resp.header("X-ClickHouse-Summary"))["written_rows"] == "2"
     resp = server.query(f"SELECT count() FROM {database}.t")
     assert json.loads(resp.header("X-ClickHouse-Summary"))["written_rows"] == "0"
-    assert resp.text == "13\n"
+    assert resp.text == "15\n"
 
 
 def test_never_compresses_unasked(server: Server):

@@ -178,7 +178,11 @@ impl TestTable {
 
 impl Drop for TestTable {
     fn drop(&mut self) {
-        for table in [self.name.clone(), format!("{}_lock", self.name)] {
+        for table in [
+            self.name.clone(),
+            format!("{}_lock", self.name),
+            format!("{}_lock_log", self.name),
+        ] {
             let _ = self
                 .target
                 .query(&format!("DROP TABLE IF EXISTS {SCHEMA}.{table}"));

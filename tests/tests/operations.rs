@@ -145,8 +145,11 @@ async fn held_lock_makes_others_wait_then_time_out_naming_the_holder() {
 
 #[tokio::test]
 async fn stale_lock_is_reclaimed() {
+    // The original's case, on the original's table (settle mode).
     let table = TestTable::new("stale");
-    let mut b = table.open_with(&[("lock_timeout_seconds", "5")]).await;
+    let mut b = table
+        .open_with(&[("lock_timeout_seconds", "5"), ("lock_mode", "settle")])
+        .await;
     b.migrate().await.unwrap();
     // A holder that died 400 s ago (lease: 300 s).
     table.target.must(&format!(

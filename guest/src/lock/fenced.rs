@@ -1,0 +1,356 @@
+//! The default lock: generations in an append-only lock log (`<table>_lock_log`).
+//!
+//! Each grant of a state id is a generation `g`; `g` is the grant's fencing token. To acquire:
+//!
+//! 1. Read the newest generation `g` of the id (one folded row). It is free when it was
+//!    released, forced open, or its lease ended.
+//! 2. Append `acquire` for `g + 1` with my owner id, my lease end and the version floor of the
+//!    new grant, under the deduplication token `acquire/<g+1>/<id>`.
+//! 3. Read back the claims on `g + 1`. I hold the lock when every claim on `g + 1` is mine and
+//!    `g + 1` is still the newest generation.
+//!
+//! Why at most one holder: inserts are acknowledged only once visible (synchronous inserts;
+//! sequentially consistent reads on replicated servers). Of two contenders for `g + 1`, the one
+//! whose read-back comes second sees the other's claim, so it cannot see only itself; with
+//! deduplication on (the default of replicated and Cloud tables, and of this table) the second
+//! claim does not even land. A claim that lands late, after others moved on, is for an old
+//! generation and decides nothing. Rows are never merged away (plain MergeTree) and never
+//! updated: release, renew and force are rows of their own.
+//!
+//! Fencing: a grant's writes use versions in `[floor, lease end]`; the next grant's floor is
+//! above the previous grant's last possible version (its release cap, or its lease end when it
+//! was forced open or expired). So a holder that lost its lock can never overwrite what a later
+//! holder wrote, whatever the clocks do.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Attempt, LockHandle};
+use crate::config::LockMode;
+use crate::error::{Error, LockInfo, Result};
+use crate::http::Transport;
+use crate::store::{Host, Level, Store};
+
+/// Old generations are pruned once in this many grants.
+const PRUNE_EVERY: u64 = 1024;
+/// How many old generations pruning keeps.
+const PRUNE_KEEP: u64 = 16;
+
+#[derive(Deserialize, Debug, Default)]
+struct Newest {
+    generation: u64,
+    #[serde(rename = "holder")]
+    owner: String,
+    #[serde(rename = "acquired_at")]
+    acquired_at_ms: u64,
+    #[serde(rename = "lease_until")]
+    lease_until_ms: u64,
+    #[serde(rename = "grant_floor")]
+    floor_ms: u64,
+    released: u8,
+    #[serde(rename = "release_cap")]
+    release_cap_ms: u64,
+    forced: u8,
+}
+
+impl Newest {
+    fn is_free(&self, now_ms: u64) -> bool {
+        self.generation == 0
+            || self.released != 0
+            || self.forced != 0
+            || now_ms > self.lease_until_ms
+    }
+
+    /// The lowest version the next grant may write: above anything this grant could write.
+    fn next_floor(&self) -> u64 {
+        if self.generation == 0 {
+            return 0;
+        }
+        let cap = if self.released != 0 && self.forced == 0 {
+            self.release_cap_ms
+        } else {
+            self.lease_until_ms
+        };
+        self.floor_ms.max(cap.saturating_add(1))
+    }
+
+    fn info(&self, state_id: &str) -> LockInfo {
+        LockInfo {
+            state_id: state_id.to_string(),
+            owner: self.owner.clone(),
+            token: self.generation,
+            acquired_at_ms: self.acquired_at_ms,
+            expires_at_ms: self.lease_until_ms,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Claim {
+    owner: String,
+    at_ms: u64,
+    until_ms: u64,
+    newest: u64,
+}
+
+#[derive(Serialize)]
+struct LogRow<'a> {
+    state_id: &'a str,
+    generation: u64,
+    event: &'a str,
+    owner: &'a str,
+    at_ms: u64,
+    until_ms: u64,
+    floor_ms: u64,
+}
+
+fn newest<T: Transport, H: Host>(store: &Store<T, H>, state_id: &str) -> Result<Newest> {
+    let body = store.run(&store.sql.log_state(state_id))?;
+    match body.split(|b| *b == b'\n').find(|l| !l.is_empty()) {
+        Some(line) => parse(line),
+        None => Ok(Newest::default()),
+    }
+}
+
+fn append<T: Transport, H: Host>(store: &Store<T, H>, row: &LogRow<'_>, token: &str) -> Result<()> {
+    let mut data = serde_json::to_vec(row)
+        .map_err(|e| Error::InvalidInput(format!("cannot encode a lock row: {e}")))?;
+    data.push(b'\n');
+    store.run(&store.sql.log_insert(data, token)).map(drop)
+}
+
+pub(crate) fn attempt<T: Transport, H: Host>(
+    store: &Store<T, H>,
+    state_id: &str,
+) -> Result<Attempt> {
+    let now = store.host.now_ms();
+    let current = newest(store, state_id)?;
+    if !current.is_free(now) {
+        return Ok(Attempt::Held(current.info(state_id)));
+    }
+    let generation = current.generation + 1;
+    let owner = store.new_token();
+    let lease_until = now.saturating_add(store.config.lock_lease_ms);
+    let floor = current.next_floor();
+    append(
+        store,
+        &LogRow {
+            state_id,
+            generation,
+            event: "acquire",
+            owner: &owner,
+            at_ms: now,
+            until_ms: lease_until,
+            floor_ms: floor,
+        },
+        &format!("acquire/{generation}/{state_id}"),
+    )?;
+    let body = store.run(&store.sql.log_claims(state_id, generation))?;
+    let claims: Vec<Claim> = body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(parse)
+        .collect::<Result<_>>()?;
+    let mine = claims.iter().all(|c| c.owner == owner)
+        && claims.first().is_some_and(|c| c.newest == generation);
+    if mine {
+        if generation % PRUNE_EVERY == 0 {
+            // Asynchronous and best effort: old generations decide nothing.
+            if let Err(e) = store.run(&store.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
+                store
+                    .host
+                    .log(Level::Warn, &format!("pruning the lock log failed: {e}"));
+            }
+        }
+        return Ok(Attempt::Granted(LockHandle {
+            state_id: state_id.to_string(),
+            owner,
+            token: generation,
+            acquired_at_ms: now,
+            lease_until_ms: lease_until,
+            floor_ms: floor,
+            last_written_ms: 0,
+            mode: LockMode::Fenced,
+        }));
+    }
+    // Someone else claimed this generation first (or our claim was deduplicated against a
+    // stale one): report the first other claimant.
+    let holder = claims.iter().find(|c| c.owner != owner);
+    Ok(Attempt::Held(match holder {
+        Some(c) => LockInfo {
+            state_id: state_id.to_string(),
+            owner: c.owner.clone(),
+            token: generation,
+            acquired_at_ms: c.at_ms,
+            expires_at_ms: c.until_ms,
+        },
+        None => LockInfo {
+            state_id: state_id.to_string(),
+            owner: "unknown (a newer generation exists)".into(),
+            token: generation,
+            acquired_at_ms: now,
+            expires_at_ms: lease_until,
+        },
+    }))
+}
+
+pub(crate) fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHandle) -> Result<()> {
+    let now = store.host.now_ms();
+    append(
+        store,
+        &LogRow {
+            state_id: &lock.state_id,
+            generation: lock.token,
+            event: "release",
+            owner: &lock.owner,
+            at_ms: now,
+            // The release cap: no version above what this grant wrote will come from it.
+            until_ms: lock.last_written_ms,
+            floor_ms: lock.floor_ms,
+        },
+        &format!("release/{}/{}/{}", lock.token, lock.owner, lock.state_id),
+    )
+}
+
+pub(crate) fn renew<T: Transport, H: Host>(
+    store: &Store<T, H>,
+    lock: &mut LockHandle,
+) -> Result<()> {
+    let now = store.host.now_ms();
+    // Renewing at the last moment could race a contender that already saw the lease end.
+    let margin = store.config.lock_lease_ms / 10;
+    if now.saturating_add(margin) >= lock.lease_until_ms {
+        return Err(lost(lock, "its lease ended before it was renewed"));
+    }
+    confirm_held(store, lock)?;
+    let until = now.saturating_add(store.config.lock_lease_ms);
+    append(
+        store,
+        &LogRow {
+            state_id: &lock.state_id,
+            generation: lock.token,
+            event: "renew",
+            owner: &lock.owner,
+            at_ms: now,
+            until_ms: until,
+            floor_ms: lock.floor_ms,
+        },
+        &format!(
+            "renew/{}/{}/{}/{}",
+            lock.token, until, lock.owner, lock.state_id
+        ),
+    )?;
+    lock.lease_until_ms = until;
+    Ok(())
+}
+
+pub(crate) fn info<T: Transport, H: Host>(
+    store: &Store<T, H>,
+    state_id: &str,
+) -> Result<Option<LockInfo>> {
+    let current = newest(store, state_id)?;
+    let now = store.host.now_ms();
+    Ok((!current.is_free(now)).then(|| current.info(state_id)))
+}
+
+pub(crate) fn force_unlock<T: Transport, H: Host>(
+    store: &Store<T, H>,
+    state_id: &str,
+) -> Result<bool> {
+    let current = newest(store, state_id)?;
+    let now = store.host.now_ms();
+    if current.is_free(now) {
+        return Ok(false);
+    }
+    let operator = store.new_token();
+    append(
+        store,
+        &LogRow {
+            state_id,
+            generation: current.generation,
+            event: "force",
+            owner: &operator,
+            at_ms: now,
+            until_ms: 0,
+            floor_ms: 0,
+        },
+        &format!("force/{}/{operator}/{state_id}", current.generation),
+    )?;
+    store.host.log(
+        Level::Warn,
+        &format!(
+            "lock on {state_id:?} held by {} (token {}) forced open",
+            current.owner, current.generation
+        ),
+    );
+    Ok(true)
+}
+
+/// Checks in the log that `lock` is still the newest grant, neither released nor forced open.
+pub(crate) fn confirm_held<T: Transport, H: Host>(
+    store: &Store<T, H>,
+    lock: &LockHandle,
+) -> Result<()> {
+    let current = newest(store, &lock.state_id)?;
+    if current.generation != lock.token || current.forced != 0 || current.released != 0 {
+        return Err(lost(lock, "a later holder has it, or it was forced open"));
+    }
+    Ok(())
+}
+
+fn lost(lock: &LockHandle, why: &str) -> Error {
+    Error::LockLost(format!(
+        "the lock on {:?} (token {}) is no longer held: {why}",
+        lock.state_id, lock.token
+    ))
+}
+
+fn parse<'a, R: Deserialize<'a>>(line: &'a [u8]) -> Result<R> {
+    serde_json::from_slice(line).map_err(|e| {
+        Error::Server(crate::error::ServerError {
+            code: 0,
+            name: "UNEXPECTED_RESPONSE".into(),
+            message: format!("cannot read a lock log row: {e}"),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn newest(released: bool, forced: bool, until: u64, cap: u64, floor: u64) -> Newest {
+        Newest {
+            generation: 3,
+            owner: "o".into(),
+            acquired_at_ms: 100,
+            lease_until_ms: until,
+            floor_ms: floor,
+            released: released as u8,
+            release_cap_ms: cap,
+            forced: forced as u8,
+        }
+    }
+
+    #[test]
+    fn free_when_released_forced_or_expired() {
+        assert!(Newest::default().is_free(0));
+        assert!(!newest(false, false, 1_000, 0, 0).is_free(1_000));
+        assert!(newest(false, false, 1_000, 0, 0).is_free(1_001));
+        assert!(newest(true, false, 1_000, 0, 0).is_free(500));
+        assert!(newest(false, true, 1_000, 0, 0).is_free(500));
+    }
+
+    #[test]
+    fn the_next_floor_is_above_what_the_last_grant_could_write() {
+        // released by its holder: above what it wrote
+        assert_eq!(newest(true, false, 9_000, 700, 0).next_floor(), 701);
+        // forced open: the holder may still write until its lease ends
+        assert_eq!(newest(false, true, 9_000, 0, 0).next_floor(), 9_001);
+        assert_eq!(newest(true, true, 9_000, 700, 0).next_floor(), 9_001);
+        // expired
+        assert_eq!(newest(false, false, 9_000, 0, 0).next_floor(), 9_001);
+        // floors never go down, even after a grant that wrote nothing
+        assert_eq!(newest(true, false, 9_000, 0, 5_000).next_floor(), 5_000);
+        assert_eq!(Newest::default().next_floor(), 0);
+    }
+}
