@@ -1,0 +1,652 @@
+//! The lock under contention, delays, merges, crashes and long holds; in real time and on the
+//! host's virtual clock. The host records every enter and exit of a critical section in its own
+//! log; overlaps are counted and must be zero.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use integration_tests::state_host::clock::{Clock, SystemClock, VirtualClock};
+use integration_tests::state_host::egress::Interceptor;
+use integration_tests::state_host::{
+    Backend, Error, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
+};
+use integration_tests::{TestTable, json};
+
+/// Real time or virtual time, and the runtime that uses it.
+struct Timeline {
+    runtime: Runtime,
+    clock: Arc<dyn Clock>,
+    virtual_clock: Option<VirtualClock>,
+}
+
+impl Timeline {
+    fn real() -> Timeline {
+        Self::with(Arc::new(SystemClock), None)
+    }
+
+    fn virtual_time() -> Timeline {
+        let clock = VirtualClock::new();
+        Self::with(Arc::new(clock.clone()), Some(clock))
+    }
+
+    fn with(clock: Arc<dyn Clock>, virtual_clock: Option<VirtualClock>) -> Timeline {
+        let runtime = Runtime::load(
+            &default_component_path(),
+            RuntimeOptions {
+                clock: Arc::clone(&clock),
+                ..RuntimeOptions::default()
+            },
+        )
+        .expect("component loads");
+        Timeline {
+            runtime,
+            clock,
+            virtual_clock,
+        }
+    }
+
+    fn is_virtual(&self) -> bool {
+        self.virtual_clock.is_some()
+    }
+
+    /// Retry pause: Meltano's default (1 s) costs nothing in virtual time.
+    fn retry(&self) -> &'static str {
+        if self.is_virtual() { "1" } else { "0.2" }
+    }
+
+    async fn open(&self, table: &TestTable, extra: &[(&str, &str)]) -> Backend {
+        self.open_with(table, extra, InstanceOptions::default())
+            .await
+    }
+
+    async fn open_with(
+        &self,
+        table: &TestTable,
+        extra: &[(&str, &str)],
+        options: InstanceOptions,
+    ) -> Backend {
+        let mut settings = table.with(&[
+            ("lock_retry_seconds", self.retry()),
+            ("lock_timeout_seconds", "600"),
+        ]);
+        settings.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self.runtime
+            .open_with(&table.target.uri(), settings, options)
+            .await
+            .expect("open")
+    }
+}
+
+/// The host's own log of critical sections.
+#[derive(Default)]
+struct Sections {
+    events: Mutex<Vec<(usize, bool)>>,
+    inside: AtomicUsize,
+    violations: AtomicUsize,
+}
+
+impl Sections {
+    fn enter(&self, who: usize) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.violations.fetch_add(1, Ordering::SeqCst);
+        }
+        self.events.lock().unwrap().push((who, true));
+    }
+
+    fn exit(&self, who: usize) {
+        self.events.lock().unwrap().push((who, false));
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Overlaps found by replaying the log: an enter while another section is open.
+    fn overlaps(&self) -> usize {
+        let events = self.events.lock().unwrap();
+        let mut open: Option<usize> = None;
+        let mut overlaps = 0;
+        for (who, enter) in events.iter() {
+            match (enter, open) {
+                (true, None) => open = Some(*who),
+                (true, Some(_)) => overlaps += 1,
+                (false, Some(o)) if o == *who => open = None,
+                (false, _) => overlaps += 1,
+            }
+        }
+        overlaps + self.violations.load(Ordering::SeqCst)
+    }
+
+    fn entries(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, e)| *e)
+            .count()
+    }
+}
+
+/// One round: acquire, a read-modify-write under the lock, release.
+async fn round(backend: &mut Backend, sections: &Sections, who: usize, id: &str) {
+    let lock = backend.acquire_lock(id).await.expect("acquire");
+    sections.enter(who);
+    let n = backend
+        .get(id)
+        .await
+        .expect("get")
+        .map_or(0, |s| json(&s.completed)["n"].as_u64().unwrap_or(0));
+    backend
+        .set_locked(
+            &State::completed(id, format!(r#"{{"n":{}}}"#, n + 1)),
+            &lock,
+        )
+        .await
+        .expect("fenced write");
+    sections.exit(who);
+    backend.release(lock).await.expect("release");
+}
+
+async fn contention(timeline: Timeline, label: &str, instances: usize, rounds: usize) {
+    let table = TestTable::new(label);
+    let timeline = Arc::new(timeline);
+    let sections = Arc::new(Sections::default());
+    let mut tasks = Vec::new();
+    for who in 0..instances {
+        let (table, timeline, sections) = (table.clone(), timeline.clone(), sections.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut b = timeline.open(&table, &[]).await;
+            for _ in 0..rounds {
+                round(&mut b, &sections, who, "shared").await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(sections.entries(), instances * rounds);
+    assert_eq!(sections.overlaps(), 0);
+    let mut b = timeline.open(&table, &[]).await;
+    let n = json(&b.get("shared").await.unwrap().unwrap().completed)["n"].as_u64();
+    assert_eq!(n, Some((instances * rounds) as u64), "no increment lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_8x50_real_time() {
+    contention(Timeline::real(), "contend_real", 8, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_8x50_virtual_time() {
+    contention(Timeline::virtual_time(), "contend_virtual", 8, 50).await;
+}
+
+/// Holds back the first lock-log insert of one instance.
+struct SlowFirstLockInsert {
+    delay: Duration,
+    done: AtomicBool,
+}
+
+impl Interceptor for SlowFirstLockInsert {
+    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
+        let query = uri.query().unwrap_or("");
+        let is_lock_insert = query.contains("INSERT") && query.contains("_lock_log");
+        (is_lock_insert && !self.done.swap(true, Ordering::SeqCst)).then_some(self.delay)
+    }
+}
+
+async fn slow_insert(timeline: Timeline, label: &str) {
+    let table = TestTable::new(label);
+    let timeline = Arc::new(timeline);
+    let sections = Arc::new(Sections::default());
+    let slow = Arc::new(SlowFirstLockInsert {
+        // Past any settle window and past several other grants.
+        delay: Duration::from_secs(3),
+        done: AtomicBool::new(false),
+    });
+    let mut tasks = Vec::new();
+    for who in 0..4 {
+        let (table, timeline, sections) = (table.clone(), timeline.clone(), sections.clone());
+        let interceptor: Option<Arc<dyn Interceptor>> =
+            (who == 0).then(|| slow.clone() as Arc<dyn Interceptor>);
+        tasks.push(tokio::spawn(async move {
+            let options = InstanceOptions {
+                label: format!("contender-{who}"),
+                interceptor,
+                ..InstanceOptions::default()
+            };
+            let mut b = timeline.open_with(&table, &[], options).await;
+            for _ in 0..10 {
+                round(&mut b, &sections, who, "shared").await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert!(slow.done.load(Ordering::SeqCst), "the delay was applied");
+    assert_eq!(sections.entries(), 40);
+    assert_eq!(sections.overlaps(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_insert_real_time() {
+    slow_insert(Timeline::real(), "slow_real").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_insert_virtual_time() {
+    slow_insert(Timeline::virtual_time(), "slow_virtual").await;
+}
+
+async fn merge_during_contention(timeline: Timeline, label: &str) {
+    let table = TestTable::new(label);
+    let timeline = Arc::new(timeline);
+    timeline.open(&table, &[]).await.migrate().await.unwrap();
+    let sections = Arc::new(Sections::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let merges = Arc::new(AtomicUsize::new(0));
+    let merger = {
+        let (table, stop, merges) = (table.clone(), stop.clone(), merges.clone());
+        tokio::task::spawn_blocking(move || {
+            while !stop.load(Ordering::SeqCst) {
+                table.target.must(&format!(
+                    "OPTIMIZE TABLE {}_lock_log FINAL",
+                    table.qualified()
+                ));
+                merges.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    for who in 0..8 {
+        let (table, timeline, sections) = (table.clone(), timeline.clone(), sections.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut b = timeline.open(&table, &[]).await;
+            for _ in 0..10 {
+                round(&mut b, &sections, who, "shared").await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    stop.store(true, Ordering::SeqCst);
+    merger.await.unwrap();
+    assert!(merges.load(Ordering::SeqCst) > 0);
+    assert_eq!(sections.entries(), 80);
+    assert_eq!(sections.overlaps(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn merge_during_contention_real_time() {
+    merge_during_contention(Timeline::real(), "merge_real").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn merge_during_contention_virtual_time() {
+    merge_during_contention(Timeline::virtual_time(), "merge_virtual").await;
+}
+
+async fn crashed_holder(timeline: Timeline, label: &str, lease: &str) {
+    let table = TestTable::new(label);
+    let mut holder = timeline
+        .open(&table, &[("lock_lease_seconds", lease)])
+        .await;
+    let lock = holder.acquire_lock("s").await.unwrap();
+    let owner = holder.lock_details(&lock).await.unwrap().owner;
+    drop(holder); // crashed: no release
+    let mut next = timeline
+        .open(&table, &[("lock_lease_seconds", lease)])
+        .await;
+    assert_eq!(
+        next.lock_info("s").await.unwrap().map(|i| i.owner),
+        Some(owner)
+    );
+    let before = timeline.clock.now_ms();
+    let lock = next
+        .acquire_lock("s")
+        .await
+        .expect("acquired after the lease");
+    let waited = timeline.clock.now_ms() - before;
+    let lease_ms = (lease.parse::<f64>().unwrap() * 1000.0) as u64;
+    assert!(
+        waited >= lease_ms - 1000,
+        "waited {waited} ms for a {lease_ms} ms lease"
+    );
+    assert_eq!(lock.token, 2);
+    next.release(lock).await.unwrap();
+}
+
+#[tokio::test]
+async fn crashed_holder_real_time() {
+    crashed_holder(Timeline::real(), "crash_real", "2").await;
+}
+
+#[tokio::test]
+async fn crashed_holder_virtual_time_takes_no_wall_time() {
+    let started = Instant::now();
+    let timeline = Timeline::virtual_time();
+    let virtual_clock = timeline.virtual_clock.clone().unwrap();
+    crashed_holder(timeline, "crash_virtual", "300").await;
+    assert!(virtual_clock.advanced_ms() >= 299_000);
+    // 300 s of lease went by on the virtual clock; the wall clock saw a few round trips.
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+async fn long_holder(timeline: Timeline, label: &str, lease_s: f64) {
+    let table = TestTable::new(label);
+    let lease = lease_s.to_string();
+    let mut holder = timeline
+        .open(&table, &[("lock_lease_seconds", &lease)])
+        .await;
+    let lock = holder.acquire_lock("s").await.unwrap();
+    let owner = holder.lock_details(&lock).await.unwrap().owner;
+    let lease_ms = (lease_s * 1000.0) as u64;
+    let clock = timeline.clock.clone();
+    let started = clock.now_ms();
+    // A contender tries for three leases while the holder renews every third of a lease.
+    let contender = {
+        let timeline_clock = clock.clone();
+        let mut contender = timeline
+            .open(
+                &table,
+                &[
+                    ("lock_lease_seconds", &lease),
+                    ("lock_timeout_seconds", &(3.0 * lease_s).to_string()),
+                ],
+            )
+            .await;
+        tokio::spawn(async move {
+            let result = contender.acquire_lock("s").await;
+            (result.map(|l| l.token), timeline_clock.now_ms())
+        })
+    };
+    // Ten renewals, a third of a lease apart: the lock is held for more than three leases.
+    for _ in 0..10 {
+        clock.sleep(lease_ms / 3).await;
+        holder.renew(&lock).await.expect("renewal while held");
+    }
+    assert!(clock.now_ms() - started >= 3 * lease_ms);
+    let (result, gave_up_at) = contender.await.unwrap();
+    match result {
+        Err(Error::Locked(info)) => assert_eq!(info.owner, owner),
+        other => panic!("the contender must not get a renewed lock: {other:?}"),
+    }
+    assert!(gave_up_at - started >= 3 * lease_ms);
+    // still the holder: a fenced write goes through
+    holder
+        .set_locked(&State::completed("s", r#"{"held":"long"}"#), &lock)
+        .await
+        .expect("still held");
+    holder.release(lock).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn long_holder_renews_for_three_leases_real_time() {
+    long_holder(Timeline::real(), "long_real", 1.5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn long_holder_renews_for_three_leases_virtual_time() {
+    long_holder(Timeline::virtual_time(), "long_virtual", 300.0).await;
+}
+
+async fn lost_updates(timeline: Timeline, label: &str) {
+    let table = TestTable::new(label);
+    let timeline = Arc::new(timeline);
+    let mut tasks = Vec::new();
+    for writer in 0..8 {
+        let (table, timeline) = (table.clone(), timeline.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut b = timeline.open(&table, &[]).await;
+            for i in 0..25 {
+                let partial =
+                    format!(r#"{{"singer_state":{{"bookmarks":{{"w{writer}-{i}":{i}}}}}}}"#);
+                b.update(&State::partial("shared", partial))
+                    .await
+                    .expect("update");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let mut b = timeline.open(&table, &[]).await;
+    let state = b.get("shared").await.unwrap().unwrap();
+    let bookmarks = json(&state.partial)["singer_state"]["bookmarks"].clone();
+    let keys = bookmarks.as_object().expect("bookmarks").len();
+    assert_eq!(keys, 200, "every update's key is present");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_updates_8x25_real_time() {
+    lost_updates(Timeline::real(), "lost_real").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_updates_8x25_virtual_time() {
+    lost_updates(Timeline::virtual_time(), "lost_virtual").await;
+}
+
+async fn lock_timeout(timeline: Timeline, label: &str) {
+    let table = TestTable::new(label);
+    let mut holder = timeline.open(&table, &[]).await;
+    let lock = holder.acquire_lock("s").await.unwrap();
+    let owner = holder.lock_details(&lock).await.unwrap().owner;
+    let mut waiter = timeline
+        .open(
+            &table,
+            &[("lock_timeout_seconds", "2"), ("lock_retry_seconds", "0.5")],
+        )
+        .await;
+    let before = timeline.clock.now_ms();
+    // In virtual time the holder must be seen as idle, not working: it waits for the result.
+    let attempt =
+        tokio::spawn(async move { (waiter.acquire_lock("s").await.map(|l| l.token), waiter) });
+    let (result, _waiter) = if timeline.is_virtual() {
+        let clock = timeline.clock.clone();
+        // the holder sleeps (idles) while the waiter tries
+        let idle = tokio::spawn(async move { clock.sleep(10_000).await });
+        let out = attempt.await.unwrap();
+        idle.abort();
+        out
+    } else {
+        attempt.await.unwrap()
+    };
+    let waited = timeline.clock.now_ms() - before;
+    match result {
+        Err(Error::Locked(info)) => {
+            assert_eq!(info.owner, owner, "the error names the holder");
+            assert_eq!(info.state_id, "s");
+        }
+        other => panic!("expected locked, got {other:?}"),
+    }
+    assert!(
+        waited >= 2_000,
+        "gave up after {waited} ms, before the timeout"
+    );
+    if timeline.is_virtual() {
+        // exact on the virtual clock: the last pause is cut to the deadline
+        assert!(waited < 2_000 + 100, "gave up after {waited} ms");
+    }
+    holder.release(lock).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_timeout_real_time() {
+    lock_timeout(Timeline::real(), "timeout_real").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_timeout_virtual_time() {
+    lock_timeout(Timeline::virtual_time(), "timeout_virtual").await;
+}
+
+#[tokio::test]
+async fn fencing_stops_a_holder_whose_lock_was_forced_open() {
+    let timeline = Timeline::real();
+    let table = TestTable::new("fence");
+    let mut old = timeline.open(&table, &[]).await;
+    let mut operator = timeline.open(&table, &[]).await;
+    let mut new = timeline.open(&table, &[]).await;
+    let old_lock = old.acquire_lock("s").await.unwrap();
+    assert!(operator.force_unlock("s").await.unwrap());
+    assert!(
+        !operator.force_unlock("s").await.unwrap(),
+        "nothing left to break"
+    );
+    let new_lock = new.acquire_lock("s").await.unwrap();
+    assert!(
+        new_lock.token > old_lock.token,
+        "tokens grow with each grant"
+    );
+    new.set_locked(&State::completed("s", r#"{"by":"new"}"#), &new_lock)
+        .await
+        .unwrap();
+    // The old holder does not know it lost the lock; its fenced writes are refused.
+    let err = old
+        .set_locked(&State::completed("s", r#"{"by":"old"}"#), &old_lock)
+        .await
+        .expect_err("fenced out");
+    assert!(matches!(err, Error::LockLost(_)), "{err:?}");
+    assert!(matches!(
+        old.delete_locked(&old_lock).await,
+        Err(Error::LockLost(_))
+    ));
+    assert!(matches!(
+        old.renew(&old_lock).await,
+        Err(Error::LockLost(_))
+    ));
+    assert_eq!(
+        json(&new.get("s").await.unwrap().unwrap().completed),
+        json(r#"{"by":"new"}"#)
+    );
+    new.release(new_lock).await.unwrap();
+    old.release(old_lock).await.unwrap();
+}
+
+#[tokio::test]
+async fn lock_info_reports_the_holder_and_its_lease() {
+    let timeline = Timeline::real();
+    let table = TestTable::new("info");
+    let mut b = timeline
+        .open(&table, &[("lock_lease_seconds", "120")])
+        .await;
+    assert_eq!(b.lock_info("s").await.unwrap(), None);
+    let lock = b.acquire_lock("s").await.unwrap();
+    let info = b.lock_info("s").await.unwrap().expect("held");
+    let details = b.lock_details(&lock).await.unwrap();
+    assert_eq!(info, details);
+    assert_eq!(info.token, lock.token);
+    assert_eq!(info.expires_at_ms - info.acquired_at_ms, 120_000);
+    b.release(lock).await.unwrap();
+    assert_eq!(b.lock_info("s").await.unwrap(), None);
+    let again = b.acquire_lock("s").await.unwrap();
+    assert_eq!(again.token, info.token + 1);
+    b.release(again).await.unwrap();
+}
+
+// -- a mixed fleet: settle mode next to a process speaking the original protocol -------------
+
+/// The original Python backend's lock protocol, spoken over raw HTTP as it does: check for a
+/// live candidate, insert a random candidate, settle 1 s, lowest id wins, else withdraw.
+fn original_protocol_round(table: &TestTable, sections: &Sections, who: usize) {
+    let target = &table.target;
+    let lock_table = format!("{}_lock", table.qualified());
+    let id = "shared";
+    loop {
+        target.must(&format!(
+            "DELETE FROM {lock_table} WHERE state_id = '{id}' AND locked_at < now() - INTERVAL 300 SECOND"
+        ));
+        let live = target.must(&format!(
+            "SELECT count() FROM {lock_table} WHERE state_id = '{id}'"
+        ));
+        if live.trim() != "0" {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        let mine = uuid::Uuid::new_v4().to_string();
+        target.must(&format!(
+            "INSERT INTO {lock_table} (state_id, lock_id) SETTINGS async_insert = 0 VALUES ('{id}', '{mine}')"
+        ));
+        std::thread::sleep(Duration::from_secs(1));
+        let lowest = target.must(&format!(
+            "SELECT lock_id FROM {lock_table} WHERE state_id = '{id}' ORDER BY lock_id LIMIT 1"
+        ));
+        if lowest.trim() == mine {
+            sections.enter(who);
+            std::thread::sleep(Duration::from_millis(20));
+            sections.exit(who);
+            target.must(&format!(
+                "DELETE FROM {lock_table} WHERE state_id = '{id}' AND lock_id = '{mine}'"
+            ));
+            return;
+        }
+        target.must(&format!(
+            "DELETE FROM {lock_table} WHERE state_id = '{id}' AND lock_id = '{mine}'"
+        ));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn settle_mode_excludes_a_process_speaking_the_original_protocol() {
+    let timeline = Arc::new(Timeline::real());
+    let table = TestTable::new("mixed");
+    timeline
+        .open(&table, &[("lock_mode", "settle")])
+        .await
+        .migrate()
+        .await
+        .unwrap();
+    let sections = Arc::new(Sections::default());
+    let mut ours = Vec::new();
+    for who in 0..2 {
+        let (table, timeline, sections) = (table.clone(), timeline.clone(), sections.clone());
+        ours.push(tokio::spawn(async move {
+            let mut b = timeline
+                .open(
+                    &table,
+                    &[("lock_mode", "settle"), ("lock_retry_seconds", "0.1")],
+                )
+                .await;
+            for _ in 0..3 {
+                let lock = b.acquire_lock("shared").await.expect("acquire");
+                sections.enter(who);
+                let n = b
+                    .get("shared")
+                    .await
+                    .unwrap()
+                    .map_or(0, |s| json(&s.completed)["n"].as_u64().unwrap_or(0));
+                b.set_locked(
+                    &State::completed("shared", format!(r#"{{"n":{}}}"#, n + 1)),
+                    &lock,
+                )
+                .await
+                .unwrap();
+                sections.exit(who);
+                b.release(lock).await.expect("release");
+            }
+        }));
+    }
+    let mut theirs = Vec::new();
+    for who in 2..4 {
+        let (table, sections) = (table.clone(), sections.clone());
+        theirs.push(tokio::task::spawn_blocking(move || {
+            for _ in 0..3 {
+                original_protocol_round(&table, &sections, who);
+            }
+        }));
+    }
+    for task in ours {
+        task.await.unwrap();
+    }
+    for task in theirs {
+        task.await.unwrap();
+    }
+    assert_eq!(sections.entries(), 12);
+    assert_eq!(sections.overlaps(), 0);
+}
