@@ -62,6 +62,7 @@ demo: build
     cli lock "$id" --hold 3 2> >(tee .local/demo-lock.log >&2) &
     holder=$!
     until grep -q '^locked' .local/demo-lock.log; do sleep 0.1; done
+    cli lock-info "$id"
     if cli -s lock_timeout_seconds=1 merge "$id" '{"singer_state": {"late": true}}'; then
         echo "unexpected: the second process got the lock" >&2; exit 1
     fi
@@ -87,6 +88,10 @@ test: guest
     trap '[[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
     {{just_executable()}} test-clickhouse
     cargo test --workspace
+
+# Lock benchmark: fenced vs settle latency, round trips, throughput (prints a table)
+bench-lock: guest clickhouse-start
+    cargo bench -p integration-tests --bench lock
 
 # Formatting and lints, as CI checks them
 lint: setup

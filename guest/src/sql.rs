@@ -318,11 +318,23 @@ impl Statements {
     }
 
     /// Who asked for generation `generation` of an id, and the newest generation now:
-    /// `{"owner", "at_ms", "until_ms", "floor_ms", "newest"}` per acquire row.
-    pub fn log_claims(&self, state_id: &str, generation: u64) -> Query {
+    /// `{"owner", "at_ms", "until_ms", "newest"}` per acquire row. With `with_state`, each row
+    /// also carries the stored state of the id (`"stored": [[partial, completed, version]]`, or
+    /// `[]`), so that `update` reads it in the same round trip that confirms its claim.
+    pub fn log_claims(&self, state_id: &str, generation: u64, with_state: bool) -> Query {
+        let stored = if with_state {
+            format!(
+                ", (SELECT groupArray(tuple(partial_state, completed_state, \
+                 toUnixTimestamp64Milli(updated_at))) FROM (SELECT partial_state, completed_state, \
+                 updated_at FROM {} FINAL WHERE state_id = {{id:String}} LIMIT 1)) AS stored",
+                self.state
+            )
+        } else {
+            String::new()
+        };
         Query::new(format!(
-            "SELECT owner, at_ms, until_ms, floor_ms, \
-             (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) AS newest \
+            "SELECT owner, at_ms, until_ms, \
+             (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) AS newest{stored} \
              FROM {log} WHERE state_id = {{id:String}} AND generation = {{generation:UInt64}} \
              AND event = 'acquire' FORMAT JSONEachRow",
             log = self.log

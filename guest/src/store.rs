@@ -1,5 +1,6 @@
 //! The operations of the contract, as plain Rust over a [`Transport`] and a [`Host`].
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
@@ -9,7 +10,7 @@ use crate::config::{Config, LockMode};
 use crate::error::{Error, LockInfo, Result};
 use crate::glob;
 use crate::http::{Client, Transport};
-use crate::lock::{self, LockHandle};
+use crate::lock::{self, LockHandle, Prefetch};
 use crate::merge::merge;
 use crate::sql::{Query, Statements};
 
@@ -46,6 +47,9 @@ pub struct Store<T, H> {
     pub(crate) sql: Statements,
     client: Client<T>,
     pub(crate) host: H,
+    /// The generations this instance released last, per state id: the next acquire of the same
+    /// id tries to claim the following generation without reading first.
+    pub(crate) released: RefCell<HashMap<String, crate::lock::fenced::Newest>>,
 }
 
 #[derive(Deserialize)]
@@ -87,6 +91,7 @@ impl<T: Transport, H: Host> Store<T, H> {
             client: Client::new(&config, transport),
             config,
             host,
+            released: RefCell::new(HashMap::new()),
         })
     }
 
@@ -147,8 +152,8 @@ impl<T: Transport, H: Host> Store<T, H> {
         validate_state_id(&state.state_id)?;
         let partial = parse_object(&state.partial, "partial state")?;
         let completed = parse_object(&state.completed, "completed state")?;
-        let mut held = lock::acquire(self, &state.state_id)?;
-        let result = self.update_locked(state, partial, completed, &mut held);
+        let (mut held, prefetch) = lock::acquire_reading(self, &state.state_id, true)?;
+        let result = self.update_locked(state, partial, completed, &mut held, prefetch);
         let released = lock::release(self, &held);
         result.and(released)
     }
@@ -159,8 +164,19 @@ impl<T: Transport, H: Host> Store<T, H> {
         partial: Map<String, Value>,
         completed: Map<String, Value>,
         lock: &mut LockHandle,
+        prefetch: Prefetch,
     ) -> Result<()> {
-        let stored = self.get_versioned(&state.state_id)?;
+        let stored = match prefetch {
+            Prefetch::Fetched(row) => row.map(|(partial, completed, version)| {
+                let state = State {
+                    state_id: state.state_id.clone(),
+                    partial: or_empty(partial),
+                    completed: or_empty(completed),
+                };
+                (state, version)
+            }),
+            Prefetch::NotFetched => self.get_versioned(&state.state_id)?,
+        };
         let stored_version = stored.as_ref().map_or(0, |(_, v)| *v);
         let to_write = match stored {
             // A partial state merges into the stored partial; the stored completed stays.

@@ -128,6 +128,11 @@ enum Command {
         #[arg(long, default_value = "0")]
         hold: f64,
     },
+    /// Show who holds the lock of an id: owner, token, since, lease end (null when free)
+    LockInfo { state_id: String },
+    /// Break the lock of an id, whoever holds it (for operators); its holder's fenced writes
+    /// can no longer overwrite newer state
+    Unlock { state_id: String },
     /// Create the schema if it is missing (runs on first use anyway)
     Migrate,
 }
@@ -359,11 +364,30 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
             backend.release(lock).await?;
             Ok(json!({"state_id": state_id, "token": token, "held_seconds": hold}))
         }
+        Command::LockInfo { state_id } => Ok(match backend.lock_info(&state_id).await? {
+            None => json!({"state_id": state_id, "locked": false}),
+            Some(info) => json!({
+                "state_id": info.state_id,
+                "locked": true,
+                "owner": info.owner,
+                "token": info.token,
+                "acquired_at": rfc3339(info.acquired_at_ms),
+                "expires_at": rfc3339(info.expires_at_ms),
+            }),
+        }),
+        Command::Unlock { state_id } => {
+            let broken = backend.force_unlock(&state_id).await?;
+            Ok(json!({"state_id": state_id, "unlocked": broken}))
+        }
         Command::Migrate => {
             backend.migrate().await?;
             Ok(json!({"migrated": true}))
         }
     }
+}
+
+fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
 /// Copies the merged view of `src` onto `dst` as a complete state, as `meltano state copy` does.

@@ -175,6 +175,9 @@ class Engine:
         self._known_settings = {
             name for (name,) in self._rows("SELECT name FROM system.settings")
         }
+        # What the connection currently has on top of the baseline (see `execute`).
+        self._database: str | None = None
+        self._applied: dict[str, str] = {}
 
     # -- raw access (lock held by the caller, or during start-up) --
     def _raw(self, sql: str, fmt: str = "TabSeparated", params: dict | None = None):
@@ -230,39 +233,66 @@ class Engine:
         settings: dict[str, str],
         params: dict[str, str],
     ):
-        """Run one query with its own database and settings; undo both afterwards."""
+        """Run one query with exactly its own database and settings.
+
+        The connection keeps the last request's database and settings; the next request changes
+        only what differs (one USE and one SET at most, often none). Every request thus runs
+        with its settings and none of another's, without undoing and redoing them each time.
+        """
         unknown = [name for name in settings if name not in self._known_settings]
         if unknown:
             raise self.error("UNKNOWN_SETTING", f"Unknown setting '{unknown[0]}'")
         with self._lock:
-            try:
+            if self._database != database:
+                self._database = None  # unknown until USE succeeds
                 self._raw(f"USE {quote_identifier(database)}")
-                if settings:
-                    assignments = ", ".join(
-                        f"{name} = {quote_string(value)}" for name, value in settings.items()
-                    )
-                    self._raw(f"SET {assignments}")
-                started = time.monotonic_ns()
+                self._database = database
+            self._apply(settings)
+            started = time.monotonic_ns()
+            try:
                 result = self._raw(sql, fmt, params)
-                elapsed_ns = time.monotonic_ns() - started
-                return result, elapsed_ns
             finally:
-                self._restore(settings, sql)
+                if re.match(r"^\s*(SET|USE)\b", sql, re.IGNORECASE):
+                    self._forget_session_changes()
+            return result, time.monotonic_ns() - started
 
-    def _restore(self, settings: dict[str, str], sql: str) -> None:
-        names = set(settings)
-        if re.match(r"^\s*SET\b", sql, re.IGNORECASE):
-            # A SET query changes the connection; a server without a session forgets it.
-            changed = dict(self._rows("SELECT name, value FROM system.settings WHERE changed"))
-            names |= {n for n, v in changed.items() if self._baseline.get(n) != v}
-        names.discard("database")
-        if not names:
-            return
-        assignments = ", ".join(
+    def _apply(self, wanted: dict[str, str]) -> None:
+        """Make the connection's settings the baseline plus `wanted`."""
+        assignments = [
             f"{n} = {quote_string(self._baseline[n])}" if n in self._baseline else f"{n} = DEFAULT"
-            for n in sorted(names)
-        )
-        self._raw(f"SET {assignments}")
+            for n in sorted(set(self._applied) - set(wanted))
+        ]
+        assignments += [
+            f"{n} = {quote_string(v)}" for n, v in wanted.items() if self._applied.get(n) != v
+        ]
+        if not assignments:
+            return
+        self._applied = {}  # unknown until the SET succeeds; the next request resets all
+        try:
+            self._raw("SET " + ", ".join(assignments))
+        except ClickHouseError:
+            self._reset_all()
+            raise
+        self._applied = dict(wanted)
+
+    def _reset_all(self) -> None:
+        """Back to the baseline, whatever state the connection is in."""
+        changed = dict(self._rows("SELECT name, value FROM system.settings WHERE changed"))
+        names = {n for n, v in changed.items() if self._baseline.get(n) != v} - {"database"}
+        if names:
+            self._raw(
+                "SET "
+                + ", ".join(
+                    f"{n} = {quote_string(self._baseline[n])}" if n in self._baseline else f"{n} = DEFAULT"
+                    for n in sorted(names)
+                )
+            )
+        self._applied = {}
+
+    def _forget_session_changes(self) -> None:
+        # A SET or USE query changes the connection; a server without a session forgets it.
+        self._reset_all()
+        self._database = None
 
     def close(self) -> None:
         with self._lock:

@@ -357,7 +357,15 @@ fn two_processes_contend_for_one_lock() {
         "{}",
         stderr(&waiter)
     );
+    let info = cli.ok(&["lock-info", "shared"]);
+    assert_eq!(info["locked"], true, "{info}");
+    assert!(info["token"].as_u64().unwrap() >= 1);
+    assert!(waiter_names_holder(
+        &stderr(&waiter),
+        info["owner"].as_str().unwrap()
+    ));
     assert!(holder.wait().unwrap().success());
+    assert_eq!(cli.ok(&["lock-info", "shared"])["locked"], false);
     // Once released, the same merge goes through.
     cli.ok(&["merge", "shared", r#"{"singer_state":{"after":1}}"#]);
     assert_eq!(
@@ -412,4 +420,45 @@ async fn tls_flags_reach_a_private_ca_with_mutual_tls() {
     let output = run(&["--ca-bundle", ca.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     assert!(stderr(&output).contains("TLS"), "{}", stderr(&output));
+}
+
+fn waiter_names_holder(err: &str, owner: &str) -> bool {
+    err.contains(owner)
+}
+
+#[test]
+fn unlock_breaks_a_held_lock() {
+    let cli = Cli::new("cli_unlock");
+    // A holder that holds for a long time...
+    let mut holder = cli
+        .command()
+        .args(["lock", "stuck", "--hold", "60"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut err = holder.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("locked") {
+        use std::io::Read;
+        if err.read(&mut byte).unwrap() == 0 {
+            panic!("holder exited: {}", String::from_utf8_lossy(&seen));
+        }
+        seen.push(byte[0]);
+    }
+    assert_eq!(cli.ok(&["lock-info", "stuck"])["locked"], true);
+    // ...is broken by an operator, and the next merge goes through at once.
+    assert_eq!(cli.ok(&["unlock", "stuck"])["unlocked"], true);
+    assert_eq!(cli.ok(&["lock-info", "stuck"])["locked"], false);
+    cli.ok(&[
+        "-s",
+        "lock_timeout_seconds=1",
+        "merge",
+        "stuck",
+        r#"{"singer_state":{"x":1}}"#,
+    ]);
+    assert_eq!(cli.ok(&["unlock", "stuck"])["unlocked"], false);
+    holder.kill().ok();
+    holder.wait().ok();
 }

@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Attempt, LockHandle};
+use super::{Attempt, LockHandle, Prefetch, StoredRow};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
 use crate::http::Transport;
@@ -35,8 +35,9 @@ const PRUNE_EVERY: u64 = 1024;
 /// How many old generations pruning keeps.
 const PRUNE_KEEP: u64 = 16;
 
-#[derive(Deserialize, Debug, Default)]
-struct Newest {
+/// The newest generation of an id, folded.
+#[derive(Deserialize, Debug, Default, Clone)]
+pub(crate) struct Newest {
     generation: u64,
     #[serde(rename = "holder")]
     owner: String,
@@ -90,6 +91,8 @@ struct Claim {
     at_ms: u64,
     until_ms: u64,
     newest: u64,
+    #[serde(default)]
+    stored: Vec<StoredRow>,
 }
 
 #[derive(Serialize)]
@@ -121,12 +124,33 @@ fn append<T: Transport, H: Host>(store: &Store<T, H>, row: &LogRow<'_>, token: &
 pub(crate) fn attempt<T: Transport, H: Host>(
     store: &Store<T, H>,
     state_id: &str,
+    with_state: bool,
 ) -> Result<Attempt> {
+    // Fast path: this instance released the newest generation itself (Meltano's pattern: one
+    // process, one state id, an update per STATE message), so claim the next one without
+    // reading first. If anyone else got there, the claim loses and the full path runs.
+    let last = store.released.borrow_mut().remove(state_id);
+    if let Some(last) = last
+        && let granted @ Attempt::Granted(..) = claim(store, state_id, &last, with_state)?
+    {
+        return Ok(granted);
+    }
     let now = store.host.now_ms();
     let current = newest(store, state_id)?;
     if !current.is_free(now) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
+    claim(store, state_id, &current, with_state)
+}
+
+/// Claims the generation after `current` (which must be free) and reads back who got it.
+fn claim<T: Transport, H: Host>(
+    store: &Store<T, H>,
+    state_id: &str,
+    current: &Newest,
+    with_state: bool,
+) -> Result<Attempt> {
+    let now = store.host.now_ms();
     let generation = current.generation + 1;
     let owner = store.new_token();
     let lease_until = now.saturating_add(store.config.lock_lease_ms);
@@ -144,8 +168,8 @@ pub(crate) fn attempt<T: Transport, H: Host>(
         },
         &format!("acquire/{generation}/{state_id}"),
     )?;
-    let body = store.run(&store.sql.log_claims(state_id, generation))?;
-    let claims: Vec<Claim> = body
+    let body = store.run(&store.sql.log_claims(state_id, generation, with_state))?;
+    let mut claims: Vec<Claim> = body
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(parse)
@@ -153,7 +177,7 @@ pub(crate) fn attempt<T: Transport, H: Host>(
     let mine = claims.iter().all(|c| c.owner == owner)
         && claims.first().is_some_and(|c| c.newest == generation);
     if mine {
-        if generation % PRUNE_EVERY == 0 {
+        if generation.is_multiple_of(PRUNE_EVERY) {
             // Asynchronous and best effort: old generations decide nothing.
             if let Err(e) = store.run(&store.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
                 store
@@ -161,36 +185,44 @@ pub(crate) fn attempt<T: Transport, H: Host>(
                     .log(Level::Warn, &format!("pruning the lock log failed: {e}"));
             }
         }
-        return Ok(Attempt::Granted(LockHandle {
-            state_id: state_id.to_string(),
-            owner,
-            token: generation,
-            acquired_at_ms: now,
-            lease_until_ms: lease_until,
-            floor_ms: floor,
-            last_written_ms: 0,
-            mode: LockMode::Fenced,
-        }));
+        let prefetch = if with_state {
+            Prefetch::Fetched(claims.first_mut().and_then(|c| c.stored.pop()))
+        } else {
+            Prefetch::NotFetched
+        };
+        return Ok(Attempt::Granted(
+            LockHandle {
+                state_id: state_id.to_string(),
+                owner,
+                token: generation,
+                acquired_at_ms: now,
+                lease_until_ms: lease_until,
+                floor_ms: floor,
+                last_written_ms: 0,
+                mode: LockMode::Fenced,
+            },
+            prefetch,
+        ));
     }
-    // Someone else claimed this generation first (or our claim was deduplicated against a
-    // stale one): report the first other claimant.
-    let holder = claims.iter().find(|c| c.owner != owner);
-    Ok(Attempt::Held(match holder {
-        Some(c) => LockInfo {
-            state_id: state_id.to_string(),
-            owner: c.owner.clone(),
-            token: generation,
-            acquired_at_ms: c.at_ms,
-            expires_at_ms: c.until_ms,
+    // Someone else claimed this generation first (or a newer one exists): report them.
+    Ok(Attempt::Held(
+        match claims.iter().find(|c| c.owner != owner) {
+            Some(c) => LockInfo {
+                state_id: state_id.to_string(),
+                owner: c.owner.clone(),
+                token: generation,
+                acquired_at_ms: c.at_ms,
+                expires_at_ms: c.until_ms,
+            },
+            None => LockInfo {
+                state_id: state_id.to_string(),
+                owner: "unknown (a newer generation exists)".into(),
+                token: generation,
+                acquired_at_ms: now,
+                expires_at_ms: lease_until,
+            },
         },
-        None => LockInfo {
-            state_id: state_id.to_string(),
-            owner: "unknown (a newer generation exists)".into(),
-            token: generation,
-            acquired_at_ms: now,
-            expires_at_ms: lease_until,
-        },
-    }))
+    ))
 }
 
 pub(crate) fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHandle) -> Result<()> {
@@ -208,7 +240,21 @@ pub(crate) fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHan
             floor_ms: lock.floor_ms,
         },
         &format!("release/{}/{}/{}", lock.token, lock.owner, lock.state_id),
-    )
+    )?;
+    store.released.borrow_mut().insert(
+        lock.state_id.clone(),
+        Newest {
+            generation: lock.token,
+            owner: lock.owner.clone(),
+            acquired_at_ms: lock.acquired_at_ms,
+            lease_until_ms: lock.lease_until_ms,
+            floor_ms: lock.floor_ms,
+            released: 1,
+            release_cap_ms: lock.last_written_ms,
+            forced: 0,
+        },
+    );
+    Ok(())
 }
 
 pub(crate) fn renew<T: Transport, H: Host>(

@@ -35,22 +35,43 @@ pub struct LockHandle {
     pub mode: LockMode,
 }
 
+/// A state read together with the grant: partial, completed (NULL as none) and version.
+pub type StoredRow = (Option<String>, Option<String>, u64);
+
+/// What a grant brought along.
+pub enum Prefetch {
+    /// The protocol read nothing: read the state yourself.
+    NotFetched,
+    /// The stored state, read in the same round trip that confirmed the grant.
+    Fetched(Option<StoredRow>),
+}
+
 /// The outcome of one try.
 pub(crate) enum Attempt {
-    Granted(LockHandle),
+    Granted(LockHandle, Prefetch),
     Held(LockInfo),
 }
 
 pub fn acquire<T: Transport, H: Host>(store: &Store<T, H>, state_id: &str) -> Result<LockHandle> {
+    acquire_reading(store, state_id, false).map(|(handle, _)| handle)
+}
+
+/// Acquires, and where the protocol can, reads the stored state in the same round trip that
+/// confirms the grant (the hot path of `update`).
+pub fn acquire_reading<T: Transport, H: Host>(
+    store: &Store<T, H>,
+    state_id: &str,
+    with_state: bool,
+) -> Result<(LockHandle, Prefetch)> {
     let config = &store.config;
     let deadline = store.host.now_ms().saturating_add(config.lock_timeout_ms);
     loop {
         let attempt = match config.lock_mode {
-            LockMode::Fenced => fenced::attempt(store, state_id)?,
+            LockMode::Fenced => fenced::attempt(store, state_id, with_state)?,
             LockMode::Settle => settle::attempt(store, state_id)?,
         };
         let holder = match attempt {
-            Attempt::Granted(handle) => {
+            Attempt::Granted(handle, prefetch) => {
                 store.host.log(
                     Level::Debug,
                     &format!(
@@ -58,7 +79,7 @@ pub fn acquire<T: Transport, H: Host>(store: &Store<T, H>, state_id: &str) -> Re
                         handle.owner, handle.token
                     ),
                 );
-                return Ok(handle);
+                return Ok((handle, prefetch));
             }
             Attempt::Held(info) => info,
         };

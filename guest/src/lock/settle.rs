@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Attempt, LockHandle};
+use super::{Attempt, LockHandle, Prefetch};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
 use crate::http::Transport;
@@ -76,16 +76,19 @@ pub(crate) fn attempt<T: Transport, H: Host>(
     });
     let winner = established.or_else(|| all.first());
     match winner {
-        Some(w) if w.lock_id == lock_id => Ok(Attempt::Granted(LockHandle {
-            state_id: state_id.to_string(),
-            owner: lock_id,
-            token: 0,
-            acquired_at_ms: now,
-            lease_until_ms: now + lease,
-            floor_ms: 0,
-            last_written_ms: 0,
-            mode: LockMode::Settle,
-        })),
+        Some(w) if w.lock_id == lock_id => Ok(Attempt::Granted(
+            LockHandle {
+                state_id: state_id.to_string(),
+                owner: lock_id,
+                token: 0,
+                acquired_at_ms: now,
+                lease_until_ms: now + lease,
+                floor_ms: 0,
+                last_written_ms: 0,
+                mode: LockMode::Settle,
+            },
+            Prefetch::NotFetched,
+        )),
         other => {
             // Lost the draw: withdraw and let the winner go first.
             store.run(&store.sql.lock_delete(state_id, &lock_id))?;
