@@ -31,7 +31,7 @@ clickhouse-stop:
 
 # Build the guest component (wasm32-wasip2, size-optimised)
 guest: setup
-    cargo build -p clickhouse-state-guest --target wasm32-wasip2 --profile release-guest
+    cargo build -p clickhouse-state-guest -p evil-guest --target wasm32-wasip2 --profile release-guest
     @ls -l target/wasm32-wasip2/release-guest/clickhouse_state.wasm | awk '{print "component: " $NF " (" $5 " bytes)"}'
 
 # Build the guest and the host CLI (target/debug/state-backend)
@@ -40,7 +40,7 @@ build: guest
 
 # Run the CLI, e.g. `just cli list --pattern 'dev:*'`
 cli *ARGS: build
-    target/debug/state-backend {{ARGS}}
+    target/debug/state-backend --allow-loopback {{ARGS}}
 
 # A short real session through the CLI on the local ClickHouse (starts it if needed)
 demo: build
@@ -49,7 +49,7 @@ demo: build
     if ! {{python}} tests/clickhouse/ctl.py status --port {{clickhouse_port}} >/dev/null; then
         {{just_executable()}} clickhouse-start
     fi
-    cli() { echo "\$ state-backend $*" >&2; target/debug/state-backend -s schema=demo "$@"; }
+    cli() { echo "\$ state-backend $*" >&2; target/debug/state-backend --allow-loopback -s schema=demo "$@"; }
     id='dev:tap-github-to-target-postgres'
     cli clear --all
     cli set "$id" '{"singer_state": {"bookmarks": {"issues": {"since": "2026-11-01"}}}}'
@@ -97,4 +97,4 @@ bench-lock: guest clickhouse-start
 lint: setup
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
-    cargo clippy -p clickhouse-state-guest --target wasm32-wasip2 -- -D warnings
+    cargo clippy -p clickhouse-state-guest -p evil-guest --target wasm32-wasip2 -- -D warnings

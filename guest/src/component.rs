@@ -45,6 +45,17 @@ impl Host for WasiHost {
 
 type Inner = Store<WasiHttp, WasiHost>;
 
+/// A panic reaches the host as a log line it recognises (`panic: ...`), so the trap that
+/// follows becomes a typed error with the message instead of "unreachable".
+fn install_panic_hook() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            log::log(log::Level::Error, &format!("panic: {info}"));
+        }));
+    });
+}
+
 struct Component;
 
 impl Guest for Component {
@@ -64,6 +75,7 @@ pub struct LockResource {
 
 impl GuestStore for StoreResource {
     fn open(uri: String, settings: Vec<(String, String)>) -> Result<api::Store, wit::Error> {
+        install_panic_hook();
         let inner = Store::open(&uri, &settings, WasiHttp, WasiHost).map_err(to_wit)?;
         Ok(api::Store::new(StoreResource {
             inner: Rc::new(inner),

@@ -124,6 +124,9 @@ fn error_code(code: ErrorCode) -> TransportError {
         ErrorCode::HttpRequestDenied => {
             TransportError::Denied("the host does not allow this destination".into())
         }
+        ErrorCode::DestinationIpProhibited => TransportError::Denied(
+            "its address is refused (loopback, link-local or cloud metadata)".into(),
+        ),
         ErrorCode::ConnectionTimeout
         | ErrorCode::ConnectionReadTimeout
         | ErrorCode::ConnectionWriteTimeout

@@ -79,29 +79,35 @@ pub struct Backend {
 /// becomes the matching `Error`.
 macro_rules! call {
     ($self:ident . $method:ident ( $($arg:expr),* )) => {{
+        $self.begin_call();
         let guest = $self.bindings.meltano_state_backend_backend().store();
         let result = guest
             .$method(&mut $self.store, $self.handle $(, $arg)*)
-            .await
-            .map_err(Error::trap)?;
-        result.map_err(Error::from)
+            .await;
+        end_call(&mut $self.store, result)?.map_err(Error::from)
     }};
 }
 
 impl Backend {
+    fn begin_call(&mut self) {
+        let limits = &mut self.store.data_mut().limits;
+        limits.call_started = Some(std::time::Instant::now());
+        limits.last_panic = None;
+    }
+
     pub(crate) async fn open(
         mut store: Store<HostState>,
         bindings: ClickhouseStateBackend,
         uri: &str,
         settings: Settings,
     ) -> Result<Self> {
-        let handle = bindings
+        store.data_mut().limits.call_started = Some(std::time::Instant::now());
+        let opened = bindings
             .meltano_state_backend_backend()
             .store()
             .call_open(&mut store, uri, &settings)
-            .await
-            .map_err(Error::trap)?
-            .map_err(Error::from)?;
+            .await;
+        let handle = end_call(&mut store, opened)?.map_err(Error::from)?;
         Ok(Backend {
             store,
             bindings,
@@ -156,11 +162,10 @@ impl Backend {
     /// Takes the lock of `state_id`, waiting up to the configured lock timeout.
     pub async fn acquire_lock(&mut self, state_id: &str) -> Result<Lock> {
         let resource = call!(self.call_acquire_lock(state_id))?;
+        self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
-        let token = lock_api
-            .call_token(&mut self.store, resource)
-            .await
-            .map_err(Error::trap)?;
+        let token = lock_api.call_token(&mut self.store, resource).await;
+        let token = end_call(&mut self.store, token)?;
         Ok(Lock {
             resource,
             state_id: state_id.to_string(),
@@ -170,22 +175,18 @@ impl Backend {
 
     /// Extends a held lock's lease from now; `LockLost` when it is no longer held.
     pub async fn renew(&mut self, lock: &Lock) -> Result<()> {
+        self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
-        lock_api
-            .call_renew(&mut self.store, lock.resource)
-            .await
-            .map_err(Error::trap)?
-            .map_err(Error::from)
+        let renewed = lock_api.call_renew(&mut self.store, lock.resource).await;
+        end_call(&mut self.store, renewed)?.map_err(Error::from)
     }
 
     /// Owner, token and lease of a held lock, as the guest sees it.
     pub async fn lock_details(&mut self, lock: &Lock) -> Result<LockInfo> {
+        self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
-        let info = lock_api
-            .call_info(&mut self.store, lock.resource)
-            .await
-            .map_err(Error::trap)?;
-        Ok(info_from_wit(info))
+        let info = lock_api.call_info(&mut self.store, lock.resource).await;
+        Ok(info_from_wit(end_call(&mut self.store, info)?))
     }
 
     /// Overwrites the lock's state, fenced by the lock.
@@ -210,11 +211,10 @@ impl Backend {
 
     /// Gives a lock back. The resource is dropped whatever the outcome.
     pub async fn release(&mut self, lock: Lock) -> Result<()> {
+        self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
-        let released = lock_api
-            .call_release(&mut self.store, lock.resource)
-            .await
-            .map_err(Error::trap);
+        let released = lock_api.call_release(&mut self.store, lock.resource).await;
+        let released = end_call(&mut self.store, released);
         let dropped = lock
             .resource
             .resource_drop_async(&mut self.store)
@@ -231,6 +231,34 @@ impl Backend {
             .await
             .map_err(Error::trap)
     }
+}
+
+/// Ends a call: a trap becomes the error that says why (a panic with its message, the memory
+/// limit, the call deadline), or the trap itself.
+fn end_call<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R> {
+    let limits = &mut store.data_mut().limits;
+    limits.call_started = None;
+    result.map_err(|trap| {
+        if let Some(message) = limits
+            .last_panic
+            .take()
+            .or_else(|| limits.panic_from_stderr())
+        {
+            Error::Panicked(message)
+        } else if std::mem::take(&mut limits.deadline_hit) {
+            Error::Timeout(format!(
+                "the component ran past its per-call deadline of {:?} and was stopped",
+                limits.call_deadline
+            ))
+        } else if std::mem::take(&mut limits.memory_denied) {
+            Error::Component(
+                "the component ran out of memory (its instance limit was reached) and was stopped"
+                    .into(),
+            )
+        } else {
+            Error::trap(trap)
+        }
+    })
 }
 
 fn info_from_wit(info: wit::LockInfo) -> LockInfo {

@@ -6,11 +6,17 @@
 //! authority. Timeouts the guest asks for are clamped to the host's limits.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
-use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+use wasmtime_wasi_http::{
+    DEFAULT_FORBIDDEN_HEADERS, Error as HttpError, ForbiddenHeaderFilter, RequestOptions, WasiBody,
+    WasiHttpHooks,
+};
+
+use http::HeaderName;
 
 use crate::clock::Clock;
 use crate::sender::{Sender, describe_tls_error};
@@ -60,6 +66,96 @@ impl fmt::Display for Authority {
     }
 }
 
+/// Kinds of destination address that are refused after name resolution unless allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressClass {
+    /// 127.0.0.0/8, ::1, and the unspecified 0.0.0.0 / :: (which reach the local host).
+    Loopback,
+    /// 169.254.0.0/16, fe80::/10.
+    LinkLocal,
+    /// Cloud instance metadata: 169.254.169.254, 169.254.170.2, fd00:ec2::254.
+    Metadata,
+}
+
+impl fmt::Display for AddressClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AddressClass::Loopback => "loopback",
+            AddressClass::LinkLocal => "link-local",
+            AddressClass::Metadata => "cloud metadata",
+        })
+    }
+}
+
+impl AddressClass {
+    /// The special class of an address, IPv4-mapped IPv6 forms included; `None` for ordinary
+    /// addresses.
+    pub fn of(ip: IpAddr) -> Option<AddressClass> {
+        let ip = match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(v6),
+            },
+            v4 => v4,
+        };
+        match ip {
+            IpAddr::V4(v4) => {
+                let o = v4.octets();
+                if o == [169, 254, 169, 254] || o == [169, 254, 170, 2] {
+                    Some(AddressClass::Metadata)
+                } else if v4.is_loopback() || v4.is_unspecified() {
+                    Some(AddressClass::Loopback)
+                } else if v4.is_link_local() {
+                    Some(AddressClass::LinkLocal)
+                } else {
+                    None
+                }
+            }
+            IpAddr::V6(v6) => {
+                let s = v6.segments();
+                if s == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254] {
+                    Some(AddressClass::Metadata)
+                } else if v6.is_loopback() || v6.is_unspecified() {
+                    Some(AddressClass::Loopback)
+                } else if (s[0] & 0xffc0) == 0xfe80 {
+                    Some(AddressClass::LinkLocal)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Which special address classes a guest may connect to (none by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AddressAllowance {
+    pub loopback: bool,
+    pub link_local: bool,
+    pub metadata: bool,
+}
+
+impl AddressAllowance {
+    /// Loopback only: what a local ClickHouse in development and tests needs.
+    pub fn loopback() -> Self {
+        AddressAllowance {
+            loopback: true,
+            ..AddressAllowance::default()
+        }
+    }
+
+    /// `Err(class)` when `ip` is of a class not allowed.
+    pub fn check(&self, ip: IpAddr) -> Result<(), AddressClass> {
+        match AddressClass::of(ip) {
+            None => Ok(()),
+            Some(AddressClass::Loopback) if self.loopback => Ok(()),
+            Some(AddressClass::LinkLocal) if self.link_local => Ok(()),
+            Some(AddressClass::Metadata) if self.metadata => Ok(()),
+            Some(class) => Err(class),
+        }
+    }
+}
+
 /// Upper bounds on the timeouts a guest may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeoutLimits {
@@ -96,6 +192,7 @@ impl TimeoutLimits {
 pub struct EgressPolicy {
     allowed: Vec<Authority>,
     timeouts: TimeoutLimits,
+    addresses: AddressAllowance,
 }
 
 impl EgressPolicy {
@@ -103,7 +200,14 @@ impl EgressPolicy {
         EgressPolicy {
             allowed,
             timeouts: TimeoutLimits::default(),
+            addresses: AddressAllowance::default(),
         }
+    }
+
+    /// Special address classes (loopback, link-local, metadata) this guest may connect to.
+    pub fn with_addresses(mut self, addresses: AddressAllowance) -> Self {
+        self.addresses = addresses;
+        self
     }
 
     pub fn with_timeouts(mut self, timeouts: TimeoutLimits) -> Self {
@@ -124,6 +228,20 @@ impl EgressPolicy {
         }
     }
 }
+
+/// Forbidden on top of wasmtime's defaults (names are lower case).
+const EXTRA_FORBIDDEN_HEADERS: &[&str] = &[
+    "te",
+    "trailer",
+    "expect",
+    "via",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "content-length",
+];
 
 type SendFuture = Box<
     dyn Future<
@@ -181,6 +299,7 @@ impl WasiHttpHooks for OutgoingHook {
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         let options = self.policy.timeouts.clamp(options);
+        let addresses = self.policy.addresses;
         let sender = self.sender.clone();
         let delay = self
             .interceptor
@@ -191,7 +310,16 @@ impl WasiHttpHooks for OutgoingHook {
             if let Some(pause) = pause {
                 pause.await;
             }
-            sender.send(request, options).await
+            sender.send(request, options, addresses).await
+        })
+    }
+
+    fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
+        // wasmtime's list (hop-by-hop, Host, proxy credentials) plus headers that could make
+        // a request look as if it came from somewhere else, or change its framing.
+        Arc::new(|name: &HeaderName| {
+            DEFAULT_FORBIDDEN_HEADERS.contains(name)
+                || EXTRA_FORBIDDEN_HEADERS.contains(&name.as_str())
         })
     }
 
@@ -275,6 +403,51 @@ mod tests {
         ]);
         assert!(p.check(&uri("https://ch.example.COM:8443/")).is_ok());
         assert!(p.check(&uri("http://[::1]:8123/")).is_ok());
+    }
+
+    #[test]
+    fn special_addresses_are_classified() {
+        let class = |s: &str| AddressClass::of(s.parse().unwrap());
+        assert_eq!(class("127.0.0.1"), Some(AddressClass::Loopback));
+        assert_eq!(class("127.9.9.9"), Some(AddressClass::Loopback));
+        assert_eq!(class("0.0.0.0"), Some(AddressClass::Loopback));
+        assert_eq!(class("::1"), Some(AddressClass::Loopback));
+        assert_eq!(class("::"), Some(AddressClass::Loopback));
+        assert_eq!(class("::ffff:127.0.0.1"), Some(AddressClass::Loopback));
+        assert_eq!(class("169.254.169.254"), Some(AddressClass::Metadata));
+        assert_eq!(
+            class("::ffff:169.254.169.254"),
+            Some(AddressClass::Metadata)
+        );
+        assert_eq!(class("fd00:ec2::254"), Some(AddressClass::Metadata));
+        assert_eq!(class("169.254.10.1"), Some(AddressClass::LinkLocal));
+        assert_eq!(class("fe80::1"), Some(AddressClass::LinkLocal));
+        assert_eq!(class("10.1.2.3"), None);
+        assert_eq!(class("2606:4700::1"), None);
+    }
+
+    #[test]
+    fn allowances_open_one_class_at_a_time() {
+        let loopback = AddressAllowance::loopback();
+        assert!(loopback.check("127.0.0.1".parse().unwrap()).is_ok());
+        assert_eq!(
+            loopback.check("169.254.169.254".parse().unwrap()),
+            Err(AddressClass::Metadata)
+        );
+        let link = AddressAllowance {
+            link_local: true,
+            ..AddressAllowance::default()
+        };
+        // metadata stays refused even where link-local is allowed
+        assert_eq!(
+            link.check("169.254.169.254".parse().unwrap()),
+            Err(AddressClass::Metadata)
+        );
+        assert!(link.check("169.254.10.1".parse().unwrap()).is_ok());
+        assert_eq!(
+            AddressAllowance::default().check("::1".parse().unwrap()),
+            Err(AddressClass::Loopback)
+        );
     }
 
     #[test]

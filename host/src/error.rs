@@ -34,6 +34,9 @@ pub enum Error {
         name: String,
         message: String,
     },
+    /// The component panicked; the message is the guest's.
+    #[error("the component panicked: {0}")]
+    Panicked(String),
     /// The component could not be loaded, or trapped.
     #[error("component failure: {0}")]
     Component(String),
@@ -66,6 +69,7 @@ impl Error {
             Error::Locked(_) => "locked",
             Error::LockLost(_) => "lock-lost",
             Error::Server { .. } => "server",
+            Error::Panicked(_) => "panicked",
             Error::Component(_) => "component",
         }
     }

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Map, Value, json};
+use state_host::egress::AddressAllowance;
 use state_host::tls::TlsOptions;
 use state_host::{Backend, Error, Runtime, RuntimeOptions, State, settings};
 
-/// The local ClickHouse that `just clickhouse-start` runs.
+/// The local ClickHouse that `just clickhouse-start` runs (reaching it needs --allow-loopback).
 const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
 
 #[derive(Parser)]
@@ -62,6 +63,11 @@ struct Cli {
         requires = "client_cert"
     )]
     client_key: Option<PathBuf>,
+
+    /// Let the component connect to loopback addresses (a local ClickHouse); refused otherwise,
+    /// as are link-local and cloud-metadata addresses
+    #[arg(long, env = "STATE_BACKEND_ALLOW_LOOPBACK")]
+    allow_loopback: bool,
 
     /// Log level for host and guest diagnostics on stderr (error, warn, info, debug)
     #[arg(long, default_value = "warn", value_name = "LEVEL")]
@@ -218,7 +224,7 @@ fn main() -> ExitCode {
                 Error::Unauthorized(_) => 3,
                 Error::Unreachable(_) | Error::Timeout(_) => 4,
                 Error::Locked(_) | Error::LockLost(_) => 5,
-                Error::Server { .. } | Error::Component(_) => 1,
+                Error::Server { .. } | Error::Component(_) | Error::Panicked(_) => 1,
             })
         }
     }
@@ -238,6 +244,11 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
             ca_bundle: cli.ca_bundle.clone(),
             client_cert: cli.client_cert.clone(),
             client_key: cli.client_key.clone(),
+        },
+        addresses: if cli.allow_loopback {
+            AddressAllowance::loopback()
+        } else {
+            AddressAllowance::default()
         },
         ..RuntimeOptions::default()
     };

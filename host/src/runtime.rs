@@ -3,19 +3,23 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Engine, Store};
+use wasmtime::{Engine, Store, UpdateDeadline};
 
 use crate::backend::Backend;
 use crate::bindings::ClickhouseStateBackendPre;
 use crate::bindings::meltano::state_backend::{clock, log};
 use crate::clock::{Clock as HostClock, SystemClock};
-use crate::egress::{Authority, EgressPolicy, Interceptor, OutgoingHook, TimeoutLimits};
+use crate::egress::{
+    AddressAllowance, Authority, EgressPolicy, Interceptor, OutgoingHook, TimeoutLimits,
+};
 use crate::error::{Error, Result};
 use crate::sender::Sender;
 use crate::settings::Settings;
-use crate::state::HostState;
+use crate::state::{HostState, Limits};
 use crate::tls::TlsOptions;
 
 /// File name of the built guest component.
@@ -32,6 +36,14 @@ pub struct RuntimeOptions {
     pub timeouts: TimeoutLimits,
     /// Trust (CA bundle) and identity (client certificate) for https endpoints.
     pub tls: TlsOptions,
+    /// Special destination addresses (loopback, link-local, metadata) instances may connect
+    /// to; none by default. A local ClickHouse needs `AddressAllowance::loopback()`.
+    pub addresses: AddressAllowance,
+    /// Linear memory an instance may grow to.
+    pub memory_limit_bytes: usize,
+    /// How long one call into an instance may take, waits included. By default the instance's
+    /// lock timeout plus a minute: a guest still running past it is stopped.
+    pub call_deadline: Option<Duration>,
 }
 
 impl Default for RuntimeOptions {
@@ -40,6 +52,9 @@ impl Default for RuntimeOptions {
             clock: Arc::new(SystemClock),
             timeouts: TimeoutLimits::default(),
             tls: TlsOptions::default(),
+            addresses: AddressAllowance::default(),
+            memory_limit_bytes: 128 << 20,
+            call_deadline: None,
         }
     }
 }
@@ -50,6 +65,17 @@ pub struct Runtime {
     pre: ClickhouseStateBackendPre<HostState>,
     options: RuntimeOptions,
     sender: Sender,
+    /// Stops the epoch ticker when the runtime goes away.
+    ticker_stop: Arc<AtomicBool>,
+}
+
+/// The epoch ticks this often; deadlines are checked (and busy guests yield) on each tick.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Runtime {
@@ -69,7 +95,21 @@ impl Runtime {
         let sender = Sender::new(options.tls.client_config()?);
         let mut config = wasmtime::Config::new();
         config.wasm_component_model(true);
+        config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(Error::trap)?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        {
+            let (engine, stop) = (engine.clone(), Arc::clone(&ticker_stop));
+            std::thread::Builder::new()
+                .name("epoch-ticker".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| Error::Component(format!("cannot start the epoch ticker: {e}")))?;
+        }
         let component = Component::from_binary(&engine, bytes)
             .map_err(|e| Error::Component(format!("not a loadable component: {e:#}")))?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
@@ -89,6 +129,7 @@ impl Runtime {
             pre,
             options,
             sender,
+            ticker_stop,
         })
     }
 
@@ -127,21 +168,26 @@ impl Runtime {
         settings: Settings,
         options: InstanceOptions,
     ) -> Result<Backend> {
+        let explicit = options.egress.is_some();
+        // The same parser the guest uses, compiled natively: the policy allows exactly the
+        // endpoint the guest will call. A bad configuration fails here, with the guest's own
+        // message.
+        let config = clickhouse_state::config::Config::parse(uri, &settings)?;
         let egress = match options.egress {
             Some(egress) => egress,
-            None => {
-                // The same parser the guest uses, compiled natively: the policy allows exactly
-                // the endpoint the guest will call. A bad configuration fails here, with the
-                // guest's own message.
-                let config = clickhouse_state::config::Config::parse(uri, &settings)?;
-                EgressPolicy::allow_only(vec![Authority::new(
-                    config.scheme.as_str(),
-                    &config.host,
-                    config.port,
-                )])
-            }
+            None => EgressPolicy::allow_only(vec![Authority::new(
+                config.scheme.as_str(),
+                &config.host,
+                config.port,
+            )]),
         }
         .with_timeouts(self.options.timeouts);
+        // An explicit policy keeps its own address rules; the default one takes the runtime's.
+        let egress = if explicit {
+            egress
+        } else {
+            egress.with_addresses(self.options.addresses)
+        };
         let clock = Arc::clone(&self.options.clock);
         let hook = OutgoingHook::new(
             egress,
@@ -149,8 +195,26 @@ impl Runtime {
             Arc::clone(&clock),
             options.interceptor,
         );
-        let state = HostState::new(hook, clock, options.label);
+        let deadline = self.options.call_deadline.unwrap_or_else(|| {
+            Duration::from_millis(config.lock_timeout_ms) + Duration::from_secs(60)
+        });
+        let limits = Limits::new(self.options.memory_limit_bytes, deadline);
+        let state = HostState::new(hook, clock, options.label, limits);
         let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limits);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut context| {
+            let limits = &mut context.data_mut().limits;
+            let overdue = limits
+                .call_started
+                .is_some_and(|started| started.elapsed() > limits.call_deadline);
+            if overdue {
+                limits.deadline_hit = true;
+                return Err(wasmtime::Error::msg("the call ran past its deadline"));
+            }
+            // Still within the deadline: let other tenants' tasks run, then check again.
+            Ok(UpdateDeadline::Yield(1))
+        });
         let bindings = self
             .pre
             .instantiate_async(&mut store)

@@ -5,6 +5,7 @@
 //! same job with a rustls configuration of ours (see `tls`), and honours the (clamped) connect,
 //! first-byte and between-bytes timeouts.
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,6 +20,8 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
+
+use crate::egress::AddressAllowance;
 
 /// A response and the future that reports the connection's own failures.
 pub type Sent = (
@@ -41,6 +44,7 @@ impl Sender {
         &self,
         mut request: http::Request<WasiBody>,
         options: RequestOptions,
+        addresses: AddressAllowance,
     ) -> Result<Sent, HttpError> {
         let uri = request.uri().clone();
         let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
@@ -60,10 +64,9 @@ impl Sender {
             .unwrap_or(Duration::from_secs(30))
             .max(Duration::from_millis(1));
 
-        let tcp = tokio::time::timeout(connect_timeout, TcpStream::connect((host.as_str(), port)))
+        let tcp = tokio::time::timeout(connect_timeout, connect(&host, port, addresses))
             .await
-            .map_err(|_| HttpError::ConnectionTimeout)?
-            .map_err(connect_error)?;
+            .map_err(|_| HttpError::ConnectionTimeout)??;
         // Small requests and responses: do not wait to coalesce.
         tcp.set_nodelay(true).ok();
 
@@ -143,6 +146,46 @@ where
         }
     };
     Ok((response, Box::new(io)))
+}
+
+/// Resolves `host`, drops the addresses the policy refuses, and connects to the first that
+/// answers. Connecting to the checked address itself (not the name again) leaves no room for a
+/// DNS answer that changes between the check and the connection.
+async fn connect(
+    host: &str,
+    port: u16,
+    addresses: AddressAllowance,
+) -> Result<TcpStream, HttpError> {
+    let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| HttpError::DnsError {
+            rcode: Some(format!("cannot resolve {host}: {e}")),
+            info_code: None,
+        })?
+        .collect();
+    let mut refused = Vec::new();
+    let mut last_error = None;
+    for addr in resolved {
+        if let Err(class) = addresses.check(addr.ip()) {
+            refused.push(format!("{} ({class})", addr.ip()));
+            continue;
+        }
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    match last_error {
+        Some(e) => Err(connect_error(e)),
+        None if !refused.is_empty() => {
+            tracing::warn!(target: "egress", host, port, refused = %refused.join(", "), "destination address refused");
+            Err(HttpError::DestinationIpProhibited)
+        }
+        None => Err(HttpError::DnsError {
+            rcode: Some(format!("{host} has no address")),
+            info_code: None,
+        }),
+    }
 }
 
 fn connect_error(error: std::io::Error) -> HttpError {

@@ -111,12 +111,21 @@ impl Target {
     }
 }
 
+/// Runtime options for tests: the local ClickHouse (and the local TLS proxies) are on
+/// loopback, which the host refuses unless allowed.
+pub fn runtime_options() -> RuntimeOptions {
+    RuntimeOptions {
+        addresses: state_host::egress::AddressAllowance::loopback(),
+        ..RuntimeOptions::default()
+    }
+}
+
 /// The component, compiled once per test binary.
 pub fn runtime() -> &'static Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         let path = state_host::default_component_path();
-        Runtime::load(&path, RuntimeOptions::default())
+        Runtime::load(&path, runtime_options())
             .unwrap_or_else(|e| panic!("{e}; build the guest first (`just guest`)"))
     })
 }

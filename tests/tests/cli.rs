@@ -33,6 +33,7 @@ impl Cli {
         let mut command = Command::new(binary());
         command
             .env_remove("MELTANO_STATE_BACKEND_URI")
+            .arg("--allow-loopback")
             .arg("--uri")
             .arg(self.table.target.uri())
             .args(["-s", &format!("schema={SCHEMA}")])
@@ -303,6 +304,7 @@ fn settings_flag_beats_environment_beats_uri() {
     let mut command = Command::new(binary());
     command
         .env_remove("MELTANO_STATE_BACKEND_URI")
+        .arg("--allow-loopback")
         .env("CLICKHOUSE_TABLE", &other.name)
         .env("CLICKHOUSE_SCHEMA", SCHEMA)
         .args([

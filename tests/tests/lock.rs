@@ -35,7 +35,7 @@ impl Timeline {
             &default_component_path(),
             RuntimeOptions {
                 clock: Arc::clone(&clock),
-                ..RuntimeOptions::default()
+                ..integration_tests::runtime_options()
             },
         )
         .expect("component loads");

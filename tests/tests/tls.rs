@@ -13,7 +13,7 @@ fn runtime_with(tls: TlsOptions) -> Runtime {
         &default_component_path(),
         RuntimeOptions {
             tls,
-            ..RuntimeOptions::default()
+            ..integration_tests::runtime_options()
         },
     )
     .expect("component loads")

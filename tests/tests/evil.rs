@@ -1,0 +1,197 @@
+//! A hostile component (`tests/guests/evil`) in the same host: each attack is denied or
+//! stopped with a typed error, and the host, and other instances, go on.
+
+use std::time::{Duration, Instant};
+
+use integration_tests::state_host::egress::{AddressAllowance, Authority, EgressPolicy};
+use integration_tests::state_host::{Backend, Error, InstanceOptions, Runtime, RuntimeOptions};
+use integration_tests::{TestTable, json, runtime as honest_runtime};
+
+/// The allowed endpoint of the evil tenant; nothing listens there, and nothing needs to.
+const URI: &str = "clickhouse://evil@allowed.clickhouse.example:8123/default";
+
+fn evil_runtime() -> Runtime {
+    let path =
+        integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
+    Runtime::load(
+        &path,
+        RuntimeOptions {
+            memory_limit_bytes: 32 << 20,
+            call_deadline: Some(Duration::from_secs(2)),
+            ..RuntimeOptions::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}; build it with `just guest`"))
+}
+
+async fn open(runtime: &Runtime, policy: Option<EgressPolicy>) -> Backend {
+    let options = InstanceOptions {
+        label: "evil".into(),
+        egress: policy,
+        interceptor: None,
+    };
+    runtime.open_with(URI, vec![], options).await.expect("open")
+}
+
+async fn observe(backend: &mut Backend, what: &str) -> serde_json::Value {
+    let state = backend.get(what).await.expect("observed").expect("a state");
+    json(&state.completed)
+}
+
+/// The honest component keeps working next to the evil one.
+async fn honest_still_works() {
+    let table = TestTable::new("evil_neighbour");
+    let mut b = table.open().await;
+    assert_eq!(b.state_ids(None).await.unwrap(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_loop_is_stopped_by_the_deadline() {
+    let runtime = evil_runtime();
+    let mut evil = open(&runtime, None).await;
+    let started = Instant::now();
+    match evil.get("loop").await {
+        Err(Error::Timeout(m)) => assert!(m.contains("deadline"), "{m}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // the host goes on: a new instance of the same component works
+    let mut next = open(&runtime, None).await;
+    assert!(next.get("nothing").await.unwrap().is_none());
+    honest_still_works().await;
+}
+
+#[tokio::test]
+async fn unbounded_allocation_hits_the_memory_limit() {
+    let runtime = evil_runtime();
+    let mut evil = open(&runtime, None).await;
+    match evil.get("alloc").await {
+        Err(Error::Component(m)) => assert!(m.contains("out of memory"), "{m}"),
+        Err(Error::Panicked(m)) => assert!(m.contains("alloc"), "{m}"),
+        other => panic!("expected the memory limit, got {other:?}"),
+    }
+    let mut next = open(&runtime, None).await;
+    assert!(next.get("nothing").await.unwrap().is_none());
+    honest_still_works().await;
+}
+
+#[tokio::test]
+async fn a_panic_is_a_typed_error_with_its_message() {
+    let runtime = evil_runtime();
+    let mut evil = open(&runtime, None).await;
+    match evil.get("panic").await {
+        Err(Error::Panicked(m)) => assert!(m.contains("panicked on purpose"), "{m}"),
+        other => panic!("expected a panic error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn no_environment_arguments_or_files() {
+    let runtime = evil_runtime();
+    let mut evil = open(&runtime, None).await;
+    let seen = observe(&mut evil, "env").await;
+    assert_eq!(seen["vars"], 0, "{seen}");
+    assert_eq!(seen["args"], 0, "{seen}");
+    assert!(
+        seen["passwd"].as_str().unwrap().starts_with("Err"),
+        "{seen}"
+    );
+    assert!(
+        seen["environ"].as_str().unwrap().starts_with("Err"),
+        "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn only_the_allowed_authority_is_reachable() {
+    let runtime = evil_runtime();
+    // Default policy: only http://allowed.clickhouse.example:8123.
+    let mut evil = open(&runtime, None).await;
+    for url in [
+        "http://example.com/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1:8123/?query=SELECT+1",
+        "https://allowed.clickhouse.example:8123/",
+        "http://allowed.clickhouse.example:8124/",
+    ] {
+        let seen = observe(&mut evil, &format!("http {url}")).await;
+        let result = seen["result"].as_str().unwrap();
+        assert!(result.contains("HttpRequestDenied"), "{url}: {result}");
+    }
+}
+
+#[tokio::test]
+async fn metadata_and_loopback_addresses_are_refused_even_when_their_authority_is_allowed() {
+    let runtime = evil_runtime();
+    // A careless tenant configuration allows these authorities by name...
+    let policy = EgressPolicy::allow_only(vec![
+        Authority::new("http", "169.254.169.254", 80),
+        Authority::new("http", "127.0.0.1", 8123),
+        Authority::new("http", "localhost", 8123),
+    ]);
+    let mut evil = open(&runtime, Some(policy.clone())).await;
+    // ...but their addresses are refused after resolution.
+    for url in [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1:8123/?query=SELECT+1",
+        "http://localhost:8123/?query=SELECT+1",
+    ] {
+        let seen = observe(&mut evil, &format!("http {url}")).await;
+        let result = seen["result"].as_str().unwrap();
+        assert!(
+            result.contains("DestinationIpProhibited"),
+            "{url}: {result}"
+        );
+    }
+    // Loopback allowed explicitly (a dev runner): still no metadata.
+    let mut evil = open(
+        &runtime,
+        Some(policy.with_addresses(AddressAllowance::loopback())),
+    )
+    .await;
+    let seen = observe(&mut evil, "http http://169.254.169.254/latest/meta-data/").await;
+    assert!(
+        seen["result"]
+            .as_str()
+            .unwrap()
+            .contains("DestinationIpProhibited"),
+        "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn header_smuggling_is_refused() {
+    let runtime = evil_runtime();
+    let mut evil = open(&runtime, None).await;
+    let seen = observe(&mut evil, "smuggle").await;
+    let refused: Vec<&str> = seen["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for name in [
+        "host",
+        "connection",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "keep-alive",
+        "proxy-authorization",
+        "x-forwarded-for",
+        "forwarded",
+        "content-length",
+    ] {
+        assert!(refused.contains(&name), "{name} was accepted: {seen}");
+    }
+    assert_eq!(seen["accepted"], serde_json::json!(["x-harmless"]));
+}
+
+#[tokio::test]
+async fn the_honest_runtime_is_unaffected_by_a_trapped_neighbour() {
+    let evil_rt = evil_runtime();
+    let mut evil = open(&evil_rt, None).await;
+    let _ = evil.get("panic").await;
+    let _ = honest_runtime();
+    honest_still_works().await;
+}

@@ -1,0 +1,106 @@
+//! The sandbox: what a guest may reach, and what it may not, whatever its configuration says.
+
+use integration_tests::state_host::egress::{AddressAllowance, Authority, EgressPolicy};
+use integration_tests::state_host::{
+    Error, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
+};
+use integration_tests::{Target, TestTable, runtime};
+
+fn strict_runtime() -> Runtime {
+    Runtime::load(&default_component_path(), RuntimeOptions::default()).expect("loads")
+}
+
+async fn denial(runtime: &Runtime, uri: &str, options: InstanceOptions) -> String {
+    let mut b = runtime
+        .open_with(uri, vec![], options)
+        .await
+        .expect("opens");
+    match b.get("x").await {
+        Err(Error::Unreachable(m)) => m,
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn loopback_is_refused_unless_allowed() {
+    let target = Target::from_env();
+    if !target.host.starts_with("127.") && target.host != "localhost" {
+        return; // nothing on loopback to refuse
+    }
+    let message = denial(&strict_runtime(), &target.uri(), InstanceOptions::default()).await;
+    assert!(
+        message.contains("denied") && message.contains("loopback"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("{}:{}", target.host, target.port)),
+        "{message}"
+    );
+    // the same configuration works once the runtime allows loopback
+    let table = TestTable::new("loopback_ok");
+    let mut b = runtime()
+        .open(&target.uri(), table.settings())
+        .await
+        .unwrap();
+    assert_eq!(b.state_ids(None).await.unwrap(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn metadata_addresses_are_refused_even_where_loopback_is_allowed() {
+    for host in [
+        "169.254.169.254",
+        "[fd00:ec2::254]",
+        "[::ffff:169.254.169.254]",
+    ] {
+        let uri = format!("clickhouse://default:@{host}:80/default");
+        let message = denial(runtime(), &uri, InstanceOptions::default()).await;
+        assert!(
+            message.contains("denied") && message.contains("refused"),
+            "{host}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unspecified_and_mapped_loopback_forms_are_loopback() {
+    for host in ["0.0.0.0", "[::ffff:127.0.0.1]", "[::1]"] {
+        let uri = format!("clickhouse://default:@{host}:8123/default");
+        let message = denial(&strict_runtime(), &uri, InstanceOptions::default()).await;
+        assert!(message.contains("loopback"), "{host}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn a_tenant_cannot_reach_another_tenants_clickhouse() {
+    // Tenant A's runner allows only A's endpoint; A's guest is configured (maliciously) with
+    // B's endpoint, the ClickHouse under test.
+    let b_table = TestTable::new("tenant_b");
+    let mut tenant_b = b_table.open().await;
+    tenant_b
+        .set(&State::completed("b-secret-state", r#"{"owner":"b"}"#))
+        .await
+        .unwrap();
+    let a_policy = EgressPolicy::allow_only(vec![Authority::new(
+        "https",
+        "tenant-a.clickhouse.example",
+        8443,
+    )])
+    .with_addresses(AddressAllowance::loopback());
+    let options = InstanceOptions {
+        label: "tenant-a".into(),
+        egress: Some(a_policy),
+        interceptor: None,
+    };
+    let mut tenant_a = runtime()
+        .open_with(&b_table.target.uri(), b_table.settings(), options)
+        .await
+        .unwrap();
+    match tenant_a.get("b-secret-state").await {
+        Err(Error::Unreachable(m)) => assert!(m.contains("denied"), "{m}"),
+        other => panic!("tenant A reached tenant B: {other:?}"),
+    }
+    assert!(matches!(
+        tenant_a.state_ids(None).await,
+        Err(Error::Unreachable(_))
+    ));
+}
