@@ -26,5 +26,6 @@ pub mod tls;
 pub use backend::{Backend, Lock, State};
 pub use error::{Error, LockInfo, Result};
 pub use runtime::{
-    COMPONENT_ENV, COMPONENT_FILE, InstanceOptions, Runtime, RuntimeOptions, default_component_path,
+    COMPONENT_ENV, COMPONENT_FILE, InstanceOptions, Runtime, RuntimeOptions, WASMTIME_VERSION,
+    default_component_path,
 };

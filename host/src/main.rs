@@ -141,6 +141,12 @@ enum Command {
     Unlock { state_id: String },
     /// Create the schema if it is missing (runs on first use anyway)
     Migrate,
+    /// Precompile the component (.wasm) to native code (.cwasm) that loads without compiling
+    Compile {
+        /// Where to write it [default: the component's path with .cwasm]
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -239,6 +245,9 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
         .component
         .clone()
         .unwrap_or_else(state_host::default_component_path);
+    if let Command::Compile { output } = &cli.command {
+        return compile(&component, output.clone());
+    }
     let options = RuntimeOptions {
         tls: TlsOptions {
             ca_bundle: cli.ca_bundle.clone(),
@@ -390,11 +399,28 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
             let broken = backend.force_unlock(&state_id).await?;
             Ok(json!({"state_id": state_id, "unlocked": broken}))
         }
+        Command::Compile { .. } => Err(Failure::Usage("compile runs without a backend".into())),
         Command::Migrate => {
             backend.migrate().await?;
             Ok(json!({"migrated": true}))
         }
     }
+}
+
+fn compile(component: &std::path::Path, output: Option<PathBuf>) -> Result<Value, Failure> {
+    let wasm = std::fs::read(component)
+        .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", component.display())))?;
+    let started = std::time::Instant::now();
+    let native = Runtime::precompile(&wasm)?;
+    let output = output.unwrap_or_else(|| component.with_extension("cwasm"));
+    std::fs::write(&output, &native)
+        .map_err(|e| Failure::Usage(format!("cannot write {}: {e}", output.display())))?;
+    Ok(json!({
+        "component": component.display().to_string(),
+        "output": output.display().to_string(),
+        "bytes": native.len(),
+        "compile_ms": started.elapsed().as_millis() as u64,
+    }))
 }
 
 fn rfc3339(ms: u64) -> String {

@@ -69,6 +69,17 @@ pub struct Runtime {
     ticker_stop: Arc<AtomicBool>,
 }
 
+/// The wasmtime this host is built with (precompiled components must match it).
+pub const WASMTIME_VERSION: &str = "48.0.8";
+
+/// The engine configuration: one place, so that precompiling and loading agree.
+fn engine() -> Result<Engine> {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    Engine::new(&config).map_err(Error::trap)
+}
+
 /// The epoch ticks this often; deadlines are checked (and busy guests yield) on each tick.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -79,7 +90,8 @@ impl Drop for Runtime {
 }
 
 impl Runtime {
-    /// Compiles the component at `path` once.
+    /// Loads the component at `path`: a `.wasm` is compiled once; a `.cwasm` made by
+    /// [`Runtime::precompile`] (or `state-backend compile`) loads without compiling.
     pub fn load(path: &Path, options: RuntimeOptions) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| {
             Error::Component(format!(
@@ -87,16 +99,26 @@ impl Runtime {
                 path.display()
             ))
         })?;
-        Self::from_bytes(&bytes, options)
+        Self::from_bytes(&bytes, options).map_err(|e| match e {
+            Error::Component(m) => Error::Component(format!("{}: {m}", path.display())),
+            other => other,
+        })
     }
 
-    /// Compiles a component from its bytes.
+    /// Compiles a component (`.wasm`) to this host's native code (`.cwasm`), for
+    /// [`Runtime::load`] to load without compiling. Only this wasmtime version and
+    /// configuration can load the result.
+    pub fn precompile(wasm: &[u8]) -> Result<Vec<u8>> {
+        engine()?
+            .precompile_component(wasm)
+            .map_err(|e| Error::Component(format!("cannot compile the component: {e:#}")))
+    }
+
+    /// Loads a component from its bytes: a component binary is compiled, a precompiled one
+    /// deserialized.
     pub fn from_bytes(bytes: &[u8], options: RuntimeOptions) -> Result<Self> {
         let sender = Sender::new(options.tls.client_config()?);
-        let mut config = wasmtime::Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(Error::trap)?;
+        let engine = engine()?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         {
             let (engine, stop) = (engine.clone(), Arc::clone(&ticker_stop));
@@ -110,8 +132,21 @@ impl Runtime {
                 })
                 .map_err(|e| Error::Component(format!("cannot start the epoch ticker: {e}")))?;
         }
-        let component = Component::from_binary(&engine, bytes)
-            .map_err(|e| Error::Component(format!("not a loadable component: {e:#}")))?;
+        let component = if bytes.starts_with(b"\x7fELF") {
+            // SAFETY: `deserialize` trusts that the bytes are wasmtime's own output. They come
+            // from the operator (the `--component` path or `Runtime::precompile`), never from a
+            // guest or a tenant; wasmtime still checks the version and configuration.
+            unsafe { Component::deserialize(&engine, bytes) }.map_err(|e| {
+                Error::Component(format!(
+                    "cannot load this precompiled component ({e:#}); it was made by another \
+                     wasmtime version or configuration than this host's (wasmtime \
+                     {WASMTIME_VERSION}): compile the .wasm again with `state-backend compile`"
+                ))
+            })?
+        } else {
+            Component::from_binary(&engine, bytes)
+                .map_err(|e| Error::Component(format!("not a loadable component: {e:#}")))?
+        };
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(Error::trap)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(Error::trap)?;

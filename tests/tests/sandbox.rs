@@ -104,3 +104,45 @@ async fn a_tenant_cannot_reach_another_tenants_clickhouse() {
         Err(Error::Unreachable(_))
     ));
 }
+
+#[tokio::test]
+async fn a_precompiled_component_loads_and_one_from_another_version_is_refused() {
+    let wasm = std::fs::read(default_component_path()).expect("the built component");
+    let native = Runtime::precompile(&wasm).expect("precompiles");
+    let dir = std::env::temp_dir().join(format!("cwasm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("clickhouse_state.cwasm");
+    std::fs::write(&good, &native).unwrap();
+    let runtime = Runtime::load(&good, integration_tests::runtime_options())
+        .expect("loads without compiling");
+    let table = TestTable::new("cwasm");
+    let mut b = runtime
+        .open(&table.target.uri(), table.settings())
+        .await
+        .unwrap();
+    b.set(&State::completed("precompiled", "{}")).await.unwrap();
+    assert!(b.get("precompiled").await.unwrap().is_some());
+
+    // The engine section records the wasmtime version ("48"): pretend another one made it.
+    let marker = b"\x0248\x18x86_64";
+    let at = native
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("the version in the engine section");
+    let mut other = native.clone();
+    other[at + 1..at + 3].copy_from_slice(b"47");
+    let bad = dir.join("other-version.cwasm");
+    std::fs::write(&bad, &other).unwrap();
+    match Runtime::load(&bad, RuntimeOptions::default()) {
+        Err(Error::Component(m)) => {
+            assert!(
+                m.contains("another wasmtime version") && m.contains("state-backend compile"),
+                "{m}"
+            );
+            assert!(m.contains("other-version.cwasm"), "{m}");
+        }
+        Err(other) => panic!("expected a component error, got {other}"),
+        Ok(_) => panic!("a .cwasm of another version loaded"),
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
