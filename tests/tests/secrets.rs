@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+/// CLI arguments and environment variables that carry the password one way.
+type Way = (Vec<String>, Vec<(&'static str, &'static str)>);
+
 const PASSWORD: &str = "Kn0wn-Secret-pw-5e1f";
 /// Everything of ours at the most verbose level (the compiler's own tracing is left out: it
 /// sees no request, and at trace level it would print megabytes per run).
@@ -163,7 +166,7 @@ fn the_password_never_appears_in_cli_output_or_logs() {
     let mut ran = 0;
     for args in &commands {
         // The password by URI, by setting, and by environment variable.
-        let ways: Vec<(Vec<String>, Vec<(&str, &str)>)> = vec![
+        let ways: Vec<Way> = vec![
             (vec!["--uri".into(), uri.clone()], vec![]),
             (
                 vec![
