@@ -93,6 +93,10 @@ test: guest
 bench-lock: guest clickhouse-start
     cargo bench -p integration-tests --bench lock
 
+# Sandbox benchmark: instantiation, memory per idle instance, .cwasm vs .wasm loading
+bench-sandbox: guest
+    cargo bench -p integration-tests --bench sandbox
+
 # Formatting and lints, as CI checks them
 lint: setup
     cargo fmt --all -- --check
