@@ -261,7 +261,7 @@ fn to_wit(error: Error) -> wit::Error {
         Error::InvalidConfig(m) => wit::Error::InvalidConfig(m),
         Error::InvalidInput(m) => wit::Error::InvalidInput(m),
         Error::Unauthorized(m) => wit::Error::Unauthorized(m),
-        Error::Unreachable(m) => wit::Error::Unreachable(m),
+        Error::Unreachable(m) | Error::Refused(m) => wit::Error::Unreachable(m),
         Error::Timeout(m) => wit::Error::Timeout(m),
         Error::Locked(info) => wit::Error::Locked(info_to_wit(info)),
         Error::LockLost(m) => wit::Error::LockLost(m),

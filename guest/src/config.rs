@@ -51,7 +51,13 @@ pub const SETTING_NAMES: &[&str] = &[
     "lock_mode",
     "lock_lease_seconds",
     "lock_settle_seconds",
+    "retries",
+    "retry_backoff_seconds",
 ];
+/// Further tries of a request that failed transiently.
+pub const DEFAULT_RETRIES: u32 = 3;
+/// The first pause before a retry; it doubles with each try, up to 5 s.
+pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 200;
 
 /// A password. Its `Debug` and `Display` never show it.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -110,6 +116,8 @@ pub struct Config {
     pub lock_mode: LockMode,
     pub lock_lease_ms: u64,
     pub lock_settle_ms: u64,
+    pub retries: u32,
+    pub retry_backoff_ms: u64,
 }
 
 impl Config {
@@ -163,6 +171,8 @@ struct UriParts {
     lock_mode: Option<LockMode>,
     lock_lease_ms: Option<u64>,
     lock_settle_ms: Option<u64>,
+    retries: Option<u32>,
+    retry_backoff_ms: Option<u64>,
 }
 
 impl UriParts {
@@ -236,6 +246,23 @@ impl UriParts {
             "lock_settle_seconds" => {
                 self.lock_settle_ms = Some(parse_seconds(name, value, true)?);
             }
+            "retries" => {
+                self.retries = Some(
+                    value
+                        .trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|r| *r <= 20)
+                        .ok_or_else(|| {
+                            Error::InvalidConfig(format!(
+                                "'retries' must be a number from 0 to 20, not '{value}'"
+                            ))
+                        })?,
+                );
+            }
+            "retry_backoff_seconds" => {
+                self.retry_backoff_ms = Some(parse_seconds(name, value, true)?);
+            }
             "lock_mode" => {
                 self.lock_mode = Some(match value.trim().to_ascii_lowercase().as_str() {
                     "fenced" | "" => LockMode::Fenced,
@@ -303,6 +330,8 @@ impl UriParts {
             lock_mode: self.lock_mode.unwrap_or(LockMode::Fenced),
             lock_lease_ms: self.lock_lease_ms.unwrap_or(DEFAULT_LOCK_LEASE_MS),
             lock_settle_ms: self.lock_settle_ms.unwrap_or(DEFAULT_LOCK_SETTLE_MS),
+            retries: self.retries.unwrap_or(DEFAULT_RETRIES),
+            retry_backoff_ms: self.retry_backoff_ms.unwrap_or(DEFAULT_RETRY_BACKOFF_MS),
         })
     }
 }

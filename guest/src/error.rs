@@ -28,6 +28,10 @@ pub enum Error {
     InvalidInput(String),
     Unauthorized(String),
     Unreachable(String),
+    /// Unreachable, and trying again will not help: the host's policy refused the request, or
+    /// TLS or HTTP failed with the peer (reported as `unreachable` through the contract, but
+    /// never retried).
+    Refused(String),
     Timeout(String),
     Locked(LockInfo),
     LockLost(String),
@@ -36,7 +40,28 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// ClickHouse error codes worth another try: TOO_MANY_SIMULTANEOUS_QUERIES, SOCKET_TIMEOUT,
+/// TABLE_IS_READ_ONLY, TOO_MANY_PARTS, UNKNOWN_STATUS_OF_INSERT, TIMEOUT_EXCEEDED,
+/// KEEPER_EXCEPTION, ALL_CONNECTION_TRIES_FAILED, NETWORK_ERROR, MEMORY_LIMIT_EXCEEDED.
+const TRANSIENT_CODES: &[i32] = &[202, 209, 242, 252, 319, 159, 999, 279, 210, 241];
+
 impl Error {
+    /// Failures that another try may not see: the network, the server's load, a restart.
+    /// Denials, bad input, authentication and SQL errors are permanent.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Unreachable(_) | Error::Timeout(_) => true,
+            Error::Server(e) => {
+                TRANSIENT_CODES.contains(&e.code)
+                    || matches!(
+                        e.name.as_str(),
+                        "HTTP_429" | "HTTP_502" | "HTTP_503" | "HTTP_504"
+                    )
+            }
+            _ => false,
+        }
+    }
+
     /// ClickHouse's code for "the table or database is not there".
     pub fn is_missing_schema(&self) -> bool {
         matches!(self, Error::Server(e) if e.code == 60 || e.code == 81)
@@ -49,7 +74,7 @@ impl fmt::Display for Error {
             Error::InvalidConfig(m) => write!(f, "invalid configuration: {m}"),
             Error::InvalidInput(m) => write!(f, "invalid input: {m}"),
             Error::Unauthorized(m) => write!(f, "unauthorized: {m}"),
-            Error::Unreachable(m) => write!(f, "unreachable: {m}"),
+            Error::Unreachable(m) | Error::Refused(m) => write!(f, "unreachable: {m}"),
             Error::Timeout(m) => write!(f, "timeout: {m}"),
             Error::Locked(info) => write!(
                 f,
@@ -65,3 +90,31 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: i32, name: &str) -> Error {
+        Error::Server(ServerError {
+            code,
+            name: name.into(),
+            message: String::new(),
+        })
+    }
+
+    #[test]
+    fn transient_and_permanent_failures() {
+        assert!(Error::Unreachable("refused".into()).is_transient());
+        assert!(Error::Timeout("slow".into()).is_transient());
+        for code in [202, 209, 242, 252, 319] {
+            assert!(server(code, "X").is_transient(), "{code}");
+        }
+        assert!(server(0, "HTTP_503").is_transient());
+        assert!(!server(62, "SYNTAX_ERROR").is_transient());
+        assert!(!server(60, "UNKNOWN_TABLE").is_transient());
+        assert!(!Error::Unauthorized("no".into()).is_transient());
+        assert!(!Error::Refused("no".into()).is_transient());
+        assert!(!Error::InvalidInput("bad".into()).is_transient());
+    }
+}

@@ -43,6 +43,8 @@ impl Response {
 pub enum TransportError {
     /// The host's policy refused the request.
     Denied(String),
+    /// The peer cannot be talked to, and trying again will not change that (TLS, not HTTP).
+    Incompatible(String),
     /// Connection refused, DNS failure, TLS failure, connection reset...
     Unreachable(String),
     /// No answer in time.
@@ -125,10 +127,13 @@ impl<T: Transport> Client<T> {
 
     fn transport_error(&self, error: TransportError) -> Error {
         match error {
-            TransportError::Denied(m) => Error::Unreachable(self.redact(&format!(
+            TransportError::Denied(m) => Error::Refused(self.redact(&format!(
                 "request to {} denied by the host's policy: {m}",
                 self.endpoint
             ))),
+            TransportError::Incompatible(m) => {
+                Error::Refused(self.redact(&format!("cannot reach {}: {m}", self.endpoint)))
+            }
             TransportError::Unreachable(m) => {
                 Error::Unreachable(self.redact(&format!("cannot reach {}: {m}", self.endpoint)))
             }
@@ -480,8 +485,9 @@ mod tests {
             .execute(&query())
             .unwrap_err();
         assert!(
-            matches!(&err, Error::Unreachable(m) if m.contains("denied")),
+            matches!(&err, Error::Refused(m) if m.contains("denied")),
             "{err:?}"
         );
+        assert!(!err.is_transient());
     }
 }

@@ -95,23 +95,47 @@ impl<T: Transport, H: Host> Store<T, H> {
         })
     }
 
-    /// Runs a query. When a table or database is missing, creates the schema (idempotent) and
-    /// tries once more: Meltano never calls `migrate` for a new backend, and a table the Python
-    /// backend created may lack its lock table.
+    /// Runs a query, retrying transient failures (network, server load, a restart) with
+    /// back-off on the host's clock. Every statement this backend sends is safe to send again:
+    /// reads trivially, and each write carries its own deduplication token and version, so a
+    /// retry of a write that did land stores the same row again or nothing (see `sql`).
+    /// When a table or database is missing, creates the schema (idempotent) and tries once more:
+    /// Meltano never calls `migrate` for a new backend, and a table the Python backend created
+    /// may lack its lock tables.
     pub(crate) fn run(&self, query: &Query) -> Result<Vec<u8>> {
-        match self.client.execute(query) {
-            Err(e) if e.is_missing_schema() => {
-                self.host.log(
-                    Level::Info,
-                    &format!(
-                        "creating the schema {}.{} (missing: {e})",
-                        self.config.schema, self.config.table
-                    ),
-                );
-                self.migrate()?;
-                self.client.execute(query)
+        let mut migrated = false;
+        let mut attempt = 0u32;
+        loop {
+            match self.client.execute(query) {
+                Err(e) if e.is_missing_schema() && !migrated => {
+                    self.host.log(
+                        Level::Info,
+                        &format!(
+                            "creating the schema {}.{} (missing: {e})",
+                            self.config.schema, self.config.table
+                        ),
+                    );
+                    self.migrate()?;
+                    migrated = true;
+                }
+                Err(e) if e.is_transient() && attempt < self.config.retries => {
+                    attempt += 1;
+                    let pause = self
+                        .config
+                        .retry_backoff_ms
+                        .saturating_mul(1 << (attempt - 1).min(10))
+                        .min(5_000);
+                    self.host.log(
+                        Level::Info,
+                        &format!(
+                            "retry {attempt}/{} in {pause} ms after: {e}",
+                            self.config.retries
+                        ),
+                    );
+                    self.host.sleep_ms(pause);
+                }
+                other => return other,
             }
-            other => other,
         }
     }
 

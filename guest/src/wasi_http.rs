@@ -132,6 +132,15 @@ fn error_code(code: ErrorCode) -> TransportError {
         | ErrorCode::ConnectionWriteTimeout
         | ErrorCode::HttpResponseTimeout
         | ErrorCode::DnsTimeout => TransportError::Timeout(describe(&code)),
+        ErrorCode::TlsProtocolError
+        | ErrorCode::TlsCertificateError
+        | ErrorCode::TlsAlertReceived(_)
+        | ErrorCode::HttpProtocolError => TransportError::Incompatible(describe(&code)),
+        ErrorCode::InternalError(Some(m))
+            if m.starts_with("TLS") || m.starts_with("the answer is not HTTP") =>
+        {
+            TransportError::Incompatible(m)
+        }
         other => TransportError::Unreachable(describe(&other)),
     }
 }

@@ -19,6 +19,7 @@ use wasmtime_wasi_http::{
 use http::HeaderName;
 
 use crate::clock::Clock;
+use crate::faults::Fault;
 use crate::sender::{Sender, describe_tls_error};
 
 /// One authority a guest may call.
@@ -260,6 +261,11 @@ type SendFuture = Box<
 pub trait Interceptor: Send + Sync + 'static {
     /// How long to hold this request back, if at all.
     fn before_send(&self, method: &http::Method, uri: &http::Uri) -> Option<Duration>;
+
+    /// A fault to inject into this request's exchange, if any (see `faults`).
+    fn fault(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Fault> {
+        None
+    }
 }
 
 /// The wasi:http hook of one instance: its policy decides, its sender sends.
@@ -305,12 +311,21 @@ impl WasiHttpHooks for OutgoingHook {
             .interceptor
             .as_ref()
             .and_then(|i| i.before_send(request.method(), request.uri()));
+        let fault = self
+            .interceptor
+            .as_ref()
+            .and_then(|i| i.fault(request.method(), request.uri()));
         let pause = delay.map(|d| self.clock.sleep(d.as_millis() as u64));
         Box::new(async move {
             if let Some(pause) = pause {
                 pause.await;
             }
-            sender.send(request, options, addresses).await
+            match fault {
+                None => sender.send(request, options, addresses).await,
+                Some(fault) => {
+                    crate::faults::apply(fault, sender, request, options, addresses).await
+                }
+            }
         })
     }
 

@@ -111,7 +111,7 @@ impl From<clickhouse_state::error::Error> for Error {
             G::InvalidConfig(m) => Error::InvalidConfig(m),
             G::InvalidInput(m) => Error::InvalidInput(m),
             G::Unauthorized(m) => Error::Unauthorized(m),
-            G::Unreachable(m) => Error::Unreachable(m),
+            G::Unreachable(m) | G::Refused(m) => Error::Unreachable(m),
             G::Timeout(m) => Error::Timeout(m),
             G::Locked(i) => Error::Locked(LockInfo {
                 state_id: i.state_id,

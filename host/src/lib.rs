@@ -17,6 +17,7 @@ mod bindings;
 pub mod clock;
 pub mod egress;
 mod error;
+pub mod faults;
 mod runtime;
 mod sender;
 pub mod settings;

@@ -1,0 +1,171 @@
+//! Invariants under a seeded fault schedule: after every operation, the state is the one before
+//! it or the one after it (never a mix, an empty state or an older one); an operation that
+//! reported success is never lost; every failure is a typed error.
+//!
+//! `FAULT_SEED` replays a run; `FAULT_OPERATIONS` sets its length.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use integration_tests::state_host::faults::FaultSchedule;
+use integration_tests::state_host::{Error, InstanceOptions, State};
+use integration_tests::{TestTable, json, runtime};
+use serde_json::{Map, Value};
+
+type Parts = (Value, Value);
+
+fn merge(src: &Map<String, Value>, dest: &mut Map<String, Value>) {
+    for (key, value) in src {
+        match (value, dest.get_mut(key)) {
+            (Value::Object(s), Some(Value::Object(d))) => merge(s, d),
+            (Value::Object(s), _) => {
+                let mut fresh = Map::new();
+                merge(s, &mut fresh);
+                dest.insert(key.clone(), Value::Object(fresh));
+            }
+            (other, _) => {
+                dest.insert(key.clone(), other.clone());
+            }
+        }
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invariants_hold_under_seeded_faults() {
+    let seed = env_u64("FAULT_SEED", 20261129);
+    let operations = env_u64("FAULT_OPERATIONS", 1000);
+    let table = TestTable::new("faults");
+    let schedule = Arc::new(FaultSchedule::new(seed, 150));
+    let settings = table.with(&[
+        ("retries", "2"),
+        ("retry_backoff_seconds", "0.01"),
+        ("lock_lease_seconds", "2"),
+        ("lock_timeout_seconds", "5"),
+        ("lock_retry_seconds", "0.1"),
+    ]);
+    let options = InstanceOptions {
+        label: "faulty".into(),
+        interceptor: Some(schedule.clone()),
+        ..InstanceOptions::default()
+    };
+    let mut faulty = runtime()
+        .open_with(&table.target.uri(), settings, options)
+        .await
+        .expect("open");
+    let mut clean = table.open().await;
+    clean.migrate().await.unwrap();
+
+    let ids = ["dev:a", "dev:b", "dev:c"];
+    let mut model: HashMap<&str, Option<Parts>> = ids.iter().map(|id| (*id, None)).collect();
+    let (mut failed, mut violations, mut succeeded) = (0u64, 0u64, 0u64);
+    let mut failures_by_kind: HashMap<&'static str, u64> = HashMap::new();
+    let mut rng = seed;
+    let mut next = || {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        rng >> 33
+    };
+    for op in 0..operations {
+        let id = ids[(next() % ids.len() as u64) as usize];
+        let before = model[id].clone();
+        let kind = next() % 10;
+        let (result, after): (Result<(), Error>, Option<Parts>) = match kind {
+            0..=3 => {
+                // update with a partial state: a new key, Meltano-style
+                let partial =
+                    serde_json::json!({"singer_state": {"bookmarks": {format!("k{op}"): op}}});
+                let after = match &before {
+                    Some((p, c)) => {
+                        let mut merged = p.as_object().cloned().unwrap_or_default();
+                        merge(partial.as_object().unwrap(), &mut merged);
+                        Some((Value::Object(merged), c.clone()))
+                    }
+                    None => Some((partial.clone(), serde_json::json!({}))),
+                };
+                let r = faulty
+                    .update(&State::partial(id, partial.to_string()))
+                    .await;
+                (r, after)
+            }
+            4..=5 => {
+                let completed = serde_json::json!({"singer_state": {"full": op}});
+                let r = faulty
+                    .set(&State::completed(id, completed.to_string()))
+                    .await;
+                (r, Some((serde_json::json!({}), completed)))
+            }
+            6 => (faulty.delete(id).await, None),
+            7 => {
+                let completed = serde_json::json!({"singer_state": {"complete": op}});
+                let r = faulty
+                    .update(&State::completed(id, completed.to_string()))
+                    .await;
+                (r, Some((serde_json::json!({}), completed)))
+            }
+            _ => {
+                // a read: it changes nothing, and when it succeeds it sees the current state
+                match faulty.get(id).await {
+                    Ok(got) => {
+                        let got = got.map(|s| (json(&s.partial), json(&s.completed)));
+                        if got != before {
+                            violations += 1;
+                            eprintln!("op {op}: get {id} saw {got:?}, expected {before:?}");
+                        }
+                        (Ok(()), before.clone())
+                    }
+                    Err(e) => (Err(e), before.clone()),
+                }
+            }
+        };
+        let actual = clean
+            .get(id)
+            .await
+            .expect("the clean instance reads")
+            .map(|s| (json(&s.partial), json(&s.completed)));
+        match result {
+            Ok(()) => {
+                succeeded += 1;
+                if actual != after {
+                    violations += 1;
+                    eprintln!(
+                        "op {op} ({kind}) on {id} succeeded but the state is {actual:?}, expected {after:?}"
+                    );
+                }
+            }
+            Err(error) => {
+                failed += 1;
+                *failures_by_kind.entry(error.kind()).or_default() += 1;
+                if matches!(error, Error::Component(_) | Error::Panicked(_)) {
+                    violations += 1;
+                    eprintln!("op {op}: not a typed error: {error}");
+                }
+                if actual != before && actual != after {
+                    violations += 1;
+                    eprintln!(
+                        "op {op} ({kind}) on {id} failed ({error}) and left {actual:?}, neither {before:?} nor {after:?}"
+                    );
+                }
+            }
+        }
+        model.insert(id, actual);
+    }
+    let injected = schedule.injected();
+    println!(
+        "seed {seed}: {operations} operations, {} requests, {} faults injected, {succeeded} succeeded, {failed} failed {failures_by_kind:?}, states lost or mixed: {violations}",
+        schedule.requests(),
+        injected.len()
+    );
+    assert!(
+        injected.len() as u64 >= operations / 10,
+        "the schedule injected faults"
+    );
+    assert_eq!(violations, 0);
+}
