@@ -203,3 +203,109 @@ impl Drop for TestTable {
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
+
+/// A local ClickHouse of a test's own (the project's server on a free port), which the test may
+/// stop and start again on the same data. `None` when the venv is missing.
+pub struct LocalServer {
+    child: Option<std::process::Child>,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub dir: std::path::PathBuf,
+    pub log: std::path::PathBuf,
+}
+
+impl LocalServer {
+    pub fn start(user: &str, password: &str) -> Option<LocalServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let dir = std::env::temp_dir().join(format!(
+            "local-ch-{port}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        ));
+        std::fs::create_dir_all(&dir).ok()?;
+        let mut server = LocalServer {
+            child: None,
+            port,
+            user: user.to_string(),
+            password: password.to_string(),
+            log: dir.join("server.log"),
+            dir,
+        };
+        server.resume()?;
+        Some(server)
+    }
+
+    fn python() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python")
+    }
+
+    /// Starts (again) on the same port and data; waits until it answers.
+    pub fn resume(&mut self) -> Option<()> {
+        let python = Self::python();
+        if !python.exists() {
+            eprintln!("no .venv: run tests/bootstrap.sh");
+            return None;
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .ok()?;
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clickhouse/server.py");
+        let child = std::process::Command::new(python)
+            .arg(script)
+            .args(["--port", &self.port.to_string(), "--user", &self.user])
+            .arg("--data")
+            .arg(self.dir.join("data"))
+            .env("LOCAL_CLICKHOUSE_PASSWORD", &self.password)
+            .stdout(log.try_clone().ok()?)
+            .stderr(log)
+            .spawn()
+            .ok()?;
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "the local server did not start: {}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Some(())
+    }
+
+    /// Stops it (SIGTERM, as an operator would), keeping its data.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = std::process::Command::new("kill")
+                .arg(child.id().to_string())
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn uri(&self) -> String {
+        format!(
+            "clickhouse://{}:{}@127.0.0.1:{}/default",
+            utf8_percent_encode(&self.user, NON_ALPHANUMERIC),
+            utf8_percent_encode(&self.password, NON_ALPHANUMERIC),
+            self.port
+        )
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}

@@ -2,8 +2,9 @@
 //! the CLI prints (at the most verbose log level), nor in the local server's log.
 
 use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Command;
+
+use integration_tests::LocalServer;
 
 /// CLI arguments and environment variables that carry the password one way.
 type Way = (Vec<String>, Vec<(&'static str, &'static str)>);
@@ -12,10 +13,6 @@ const PASSWORD: &str = "Kn0wn-Secret-pw-5e1f";
 /// Everything of ours at the most verbose level (the compiler's own tracing is left out: it
 /// sees no request, and at trace level it would print megabytes per run).
 const LOG: &str = "debug,state_host=trace,guest=trace,egress=trace,wasmtime_wasi_http=trace,cranelift_codegen=warn,wasmtime_cranelift=warn,wasmtime_internal_cranelift=warn,regalloc2=warn";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
@@ -27,74 +24,9 @@ fn binary() -> PathBuf {
         .expect("state-backend is built")
 }
 
-/// A local ClickHouse of the test's own, with a password.
-struct PasswordServer {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-    dir: PathBuf,
-}
-
-impl PasswordServer {
-    fn start() -> Option<PasswordServer> {
-        let python = repo().join(".venv/bin/python");
-        if !python.exists() {
-            eprintln!("skipped: no .venv (run tests/bootstrap.sh)");
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let dir = std::env::temp_dir().join(format!("pw-server-{port}"));
-        std::fs::create_dir_all(&dir).ok()?;
-        let log = dir.join("server.log");
-        let log_file = std::fs::File::create(&log).ok()?;
-        let child = Command::new(python)
-            .arg(repo().join("tests/clickhouse/server.py"))
-            .args([
-                "--port",
-                &port.to_string(),
-                "--data",
-                dir.join("data").to_str()?,
-                "--user",
-                "meltano",
-            ])
-            .env("LOCAL_CLICKHOUSE_PASSWORD", PASSWORD)
-            .stdout(log_file.try_clone().ok()?)
-            .stderr(log_file)
-            .spawn()
-            .ok()?;
-        let server = PasswordServer {
-            child,
-            port,
-            log,
-            dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the password server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Some(server)
-    }
-}
-
-impl Drop for PasswordServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        std::fs::remove_dir_all(&self.dir).ok();
-    }
-}
-
 #[test]
 fn the_password_never_appears_in_cli_output_or_logs() {
-    let Some(server) = PasswordServer::start() else {
+    let Some(server) = LocalServer::start("meltano", PASSWORD) else {
         return;
     };
     let uri = format!(

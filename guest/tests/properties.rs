@@ -1,0 +1,191 @@
+//! Property tests of the plain-Rust logic: glob translation against a reference fnmatch, the
+//! deep merge's laws, and configuration parsing of arbitrary credentials.
+
+use clickhouse_state::config::Config;
+use clickhouse_state::glob::{self, Filter};
+use clickhouse_state::merge::merge;
+use proptest::prelude::*;
+use serde_json::{Map, Value};
+
+/// Python's `fnmatch.fnmatchcase`, written plainly: `*`, `?`, `[seq]`, `[!seq]`, the rest literal.
+fn fnmatch(pattern: &[char], text: &[char]) -> bool {
+    match pattern.first() {
+        None => text.is_empty(),
+        Some('*') => (0..=text.len()).any(|i| fnmatch(&pattern[1..], &text[i..])),
+        Some('?') => !text.is_empty() && fnmatch(&pattern[1..], &text[1..]),
+        Some('[') => {
+            let Some((matches, rest)) = class(&pattern[1..], text.first().copied()) else {
+                // unbalanced: fnmatch reads '[' literally
+                return text.first() == Some(&'[') && fnmatch(&pattern[1..], &text[1..]);
+            };
+            !text.is_empty() && matches && fnmatch(rest, &text[1..])
+        }
+        Some(c) => text.first() == Some(c) && fnmatch(&pattern[1..], &text[1..]),
+    }
+}
+
+/// Parses a class after '['; returns whether `c` matches and the pattern after ']'.
+fn class(p: &[char], c: Option<char>) -> Option<(bool, &[char])> {
+    let mut i = 0;
+    let negated = p.first() == Some(&'!');
+    if negated {
+        i += 1;
+    }
+    let start = i;
+    if p.get(i) == Some(&']') {
+        i += 1;
+    }
+    while i < p.len() && p[i] != ']' {
+        i += 1;
+    }
+    if i >= p.len() {
+        return None;
+    }
+    let body = &p[start..i];
+    let c = c?;
+    let mut hit = false;
+    let mut k = 0;
+    while k < body.len() {
+        if k + 2 < body.len() && body[k + 1] == '-' {
+            hit |= body[k] <= c && c <= body[k + 2];
+            k += 3;
+        } else {
+            hit |= body[k] == c;
+            k += 1;
+        }
+    }
+    Some((hit != negated, &p[i + 1..]))
+}
+
+fn passes(filter: &Filter, id: &str) -> bool {
+    match filter {
+        Filter::All => true,
+        Filter::Exact(p) => p == id,
+        Filter::Match { prefix, regex } => {
+            id.starts_with(prefix.as_str())
+                && regex::Regex::new(regex).expect("valid regex").is_match(id)
+        }
+    }
+}
+
+fn id_chars() -> impl Strategy<Value = String> {
+    proptest::collection::vec(
+        prop_oneof![
+            Just('a'),
+            Just('b'),
+            Just('_'),
+            Just('%'),
+            Just('\\'),
+            Just('.'),
+            Just('-'),
+            Just(':'),
+            Just('['),
+            Just(']'),
+            Just('*'),
+            Just('?'),
+            Just('!'),
+            Just('ü'),
+            Just('\n'),
+            Just('\''),
+        ],
+        0..8,
+    )
+    .prop_map(|v| v.into_iter().collect())
+}
+
+fn pattern_chars() -> impl Strategy<Value = String> {
+    proptest::collection::vec(
+        prop_oneof![
+            Just("a"),
+            Just("b"),
+            Just("_"),
+            Just("%"),
+            Just("\\"),
+            Just("."),
+            Just("*"),
+            Just("?"),
+            Just("[ab]"),
+            Just("[!a]"),
+            Just("[a-c]"),
+            Just("[]]"),
+            Just("[!]a]"),
+            Just("ü"),
+            Just(":"),
+        ],
+        0..6,
+    )
+    .prop_map(|v| v.concat())
+}
+
+fn json_object() -> impl Strategy<Value = Map<String, Value>> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i32>().prop_map(Value::from),
+        "[a-z]{0,4}".prop_map(Value::String),
+        proptest::collection::vec(any::<u8>().prop_map(Value::from), 0..3).prop_map(Value::Array),
+    ];
+    let value = leaf.prop_recursive(3, 24, 4, |inner| {
+        proptest::collection::btree_map("[a-c]{1,2}", inner, 0..4)
+            .prop_map(|m| Value::Object(m.into_iter().collect()))
+    });
+    proptest::collection::btree_map("[a-c]{1,2}", value, 0..4).prop_map(|m| m.into_iter().collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn glob_matches_like_fnmatch(pattern in pattern_chars(), ids in proptest::collection::vec(id_chars(), 1..8)) {
+        let filter = glob::filter(Some(&pattern)).expect("generated patterns are balanced");
+        let p: Vec<char> = pattern.chars().collect();
+        for id in ids {
+            let t: Vec<char> = id.chars().collect();
+            prop_assert_eq!(passes(&filter, &id), fnmatch(&p, &t), "pattern {:?} id {:?}", pattern, id);
+        }
+    }
+
+    #[test]
+    fn merging_the_same_partial_twice_changes_nothing(src in json_object(), dest in json_object()) {
+        let mut once = dest.clone();
+        merge(src.clone(), &mut once);
+        let mut twice = once.clone();
+        merge(src.clone(), &mut twice);
+        prop_assert_eq!(&once, &twice);
+        // and every key of src is in the result with src's scalar values
+        for (key, value) in &src {
+            if !value.is_object() {
+                prop_assert_eq!(once.get(key), Some(value));
+            }
+        }
+    }
+
+    #[test]
+    fn merging_an_empty_partial_changes_nothing(dest in json_object()) {
+        let mut merged = dest.clone();
+        merge(Map::new(), &mut merged);
+        prop_assert_eq!(merged, dest);
+    }
+
+    #[test]
+    fn credentials_round_trip_through_the_uri(
+        user in "[a-zA-Z0-9@:/%# ._-]{1,12}",
+        password in "[a-zA-Z0-9@:/%#?&= ._-]{0,16}",
+        db in "[a-z_][a-z0-9_]{0,8}",
+        port in 1u16..,
+    ) {
+        use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+        let uri = format!(
+            "clickhouse://{}:{}@db.example:{port}/{db}",
+            utf8_percent_encode(&user, NON_ALPHANUMERIC),
+            utf8_percent_encode(&password, NON_ALPHANUMERIC),
+        );
+        let config = Config::parse(&uri, &[]).expect("valid");
+        prop_assert_eq!(config.user, user.clone());
+        prop_assert_eq!(config.password.expose(), password.as_str());
+        prop_assert_eq!(config.database, db);
+        prop_assert_eq!(config.port, port);
+        let shown = format!("{:?}", Config::parse(&uri, &[]).unwrap());
+        prop_assert!(shown.contains("password: <redacted>"));
+    }
+}
