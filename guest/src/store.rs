@@ -40,6 +40,10 @@ pub struct State {
 
 /// Longest state id accepted, in bytes.
 pub const MAX_STATE_ID_BYTES: usize = 4096;
+/// Largest state accepted (partial and completed together), in bytes. A Singer state is
+/// bookmarks; megabytes of it are a bug upstream, and the cap keeps every copy well inside the
+/// instance's memory limit.
+pub const MAX_STATE_BYTES: usize = 8 << 20;
 
 /// One configured store.
 pub struct Store<T, H> {
@@ -174,6 +178,7 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn update(&self, state: &State) -> Result<()> {
         validate_state_id(&state.state_id)?;
+        validate_size(state)?;
         let partial = parse_object(&state.partial, "partial state")?;
         let completed = parse_object(&state.completed, "completed state")?;
         let (mut held, prefetch) = lock::acquire_reading(self, &state.state_id, true)?;
@@ -396,6 +401,17 @@ impl<T: Transport, H: Host> Store<T, H> {
     }
 }
 
+fn validate_size(state: &State) -> Result<()> {
+    let size = state.partial.len() + state.completed.len();
+    if size > MAX_STATE_BYTES {
+        return Err(Error::InvalidInput(format!(
+            "the state of {:?} is {size} bytes; at most {MAX_STATE_BYTES} are accepted",
+            state.state_id
+        )));
+    }
+    Ok(())
+}
+
 pub fn validate_state_id(state_id: &str) -> Result<()> {
     if state_id.is_empty() {
         return Err(Error::InvalidInput("the state id is empty".into()));
@@ -411,6 +427,7 @@ pub fn validate_state_id(state_id: &str) -> Result<()> {
 
 fn validate_state(state: &State) -> Result<()> {
     validate_state_id(&state.state_id)?;
+    validate_size(state)?;
     parse_object(&state.partial, "partial state")?;
     parse_object(&state.completed, "completed state")?;
     Ok(())

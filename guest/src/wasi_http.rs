@@ -104,9 +104,11 @@ fn read_response(response: IncomingResponse) -> Result<Response, TransportError>
             Ok(bytes) => body.extend_from_slice(&bytes),
             Err(StreamError::Closed) => break,
             Err(StreamError::LastOperationFailed(e)) => {
+                // The host's debug text can carry a backtrace: keep its first line.
+                let detail = e.to_debug_string();
+                let first = detail.lines().next().unwrap_or("I/O error").to_string();
                 return Err(TransportError::Unreachable(format!(
-                    "the connection failed while reading the response: {}",
-                    e.to_debug_string()
+                    "the connection failed while reading the response: {first}"
                 )));
             }
         }
