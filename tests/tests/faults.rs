@@ -169,3 +169,65 @@ async fn invariants_hold_under_seeded_faults() {
     );
     assert_eq!(violations, 0);
 }
+
+/// Refuses every release of a lock (and its retries).
+struct NoRelease;
+
+impl integration_tests::state_host::egress::Interceptor for NoRelease {
+    fn before_send(&self, _: &http::Method, _: &http::Uri) -> Option<std::time::Duration> {
+        None
+    }
+
+    fn fault(
+        &self,
+        _: &http::Method,
+        uri: &http::Uri,
+    ) -> Option<integration_tests::state_host::faults::Fault> {
+        uri.query()
+            .is_some_and(|q| q.contains("insert_deduplication_token=release"))
+            .then_some(integration_tests::state_host::faults::Fault::Refused)
+    }
+}
+
+#[tokio::test]
+async fn a_failed_release_leaves_a_lock_that_expires_with_its_lease() {
+    let table = TestTable::new("norelease");
+    let settings = table.with(&[
+        ("lock_lease_seconds", "2"),
+        ("retries", "1"),
+        ("retry_backoff_seconds", "0.01"),
+    ]);
+    let options = InstanceOptions {
+        label: "no-release".into(),
+        interceptor: Some(Arc::new(NoRelease)),
+        ..InstanceOptions::default()
+    };
+    let mut faulty = runtime()
+        .open_with(&table.target.uri(), settings, options)
+        .await
+        .unwrap();
+    let result = faulty.update(&State::partial("s", r#"{"a":1}"#)).await;
+    assert!(matches!(result, Err(Error::Unreachable(_))), "{result:?}");
+    let mut other = table
+        .open_with(&[
+            ("lock_timeout_seconds", "10"),
+            ("lock_retry_seconds", "0.2"),
+        ])
+        .await;
+    // the write itself landed; the lock is still held...
+    assert_eq!(
+        json(&other.get("s").await.unwrap().unwrap().partial),
+        json(r#"{"a":1}"#)
+    );
+    let held = other.lock_info("s").await.unwrap().expect("still held");
+    assert_eq!(held.expires_at_ms - held.acquired_at_ms, 2_000);
+    // ...until its lease ends, then the next writer gets it
+    other
+        .update(&State::partial("s", r#"{"b":2}"#))
+        .await
+        .expect("after the lease");
+    assert_eq!(
+        json(&other.get("s").await.unwrap().unwrap().partial),
+        json(r#"{"a":1,"b":2}"#)
+    );
+}
