@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod serve;
+
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Map, Value, json};
 use state_host::egress::AddressAllowance;
@@ -141,6 +143,13 @@ enum Command {
     Unlock { state_id: String },
     /// Create the schema if it is missing (runs on first use anyway)
     Migrate,
+    /// Serve requests as JSON lines on stdin/stdout with one long-lived instance (the bridge
+    /// for Meltano's Python process)
+    Serve {
+        /// Read requests from stdin, answer on stdout (the only transport for now)
+        #[arg(long, required = true)]
+        stdio: bool,
+    },
     /// Precompile the component (.wasm) to native code (.cwasm) that loads without compiling
     Compile {
         /// Where to write it [default: the component's path with .cwasm]
@@ -205,6 +214,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
+        Ok(Value::Null) => ExitCode::SUCCESS,
         Ok(output) => {
             let mut stdout = std::io::stdout().lock();
             let written = serde_json::to_writer_pretty(&mut stdout, &output)
@@ -265,6 +275,10 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
     let env = settings::from_env(|var| std::env::var(var).ok());
     let all_settings = settings::layered(env, cli.settings.clone());
     let mut backend = runtime.open(&cli.uri, all_settings).await?;
+    if let Command::Serve { .. } = cli.command {
+        serve::serve_stdio(backend).await?;
+        return Ok(Value::Null);
+    }
     let output = execute(&mut backend, cli.command).await;
     let closed = backend.close().await;
     let output = output?;
@@ -399,7 +413,9 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
             let broken = backend.force_unlock(&state_id).await?;
             Ok(json!({"state_id": state_id, "unlocked": broken}))
         }
-        Command::Compile { .. } => Err(Failure::Usage("compile runs without a backend".into())),
+        Command::Compile { .. } | Command::Serve { .. } => Err(Failure::Usage(
+            "this command does not run as a single operation".into(),
+        )),
         Command::Migrate => {
             backend.migrate().await?;
             Ok(json!({"migrated": true}))

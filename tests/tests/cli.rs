@@ -464,3 +464,67 @@ fn unlock_breaks_a_held_lock() {
     holder.kill().ok();
     holder.wait().ok();
 }
+
+#[test]
+fn serve_answers_json_lines_with_one_instance() {
+    use std::io::{BufRead, BufReader};
+    let cli = Cli::new("cli_serve");
+    let mut server = cli
+        .command()
+        .args(["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = server.stdin.take().unwrap();
+    let mut output = BufReader::new(server.stdout.take().unwrap());
+    let mut ask = |request: serde_json::Value| {
+        writeln!(input, "{request}").unwrap();
+        input.flush().unwrap();
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        json(&line)
+    };
+    assert_eq!(
+        ask(serde_json::json!({"id": 1, "method": "ping"}))["result"],
+        "pong"
+    );
+    for (i, key) in ["a", "b"].iter().enumerate() {
+        let partial = format!(r#"{{"singer_state":{{"{key}":{i}}}}}"#);
+        let answer = ask(
+            serde_json::json!({"id": 2 + i, "method": "update", "params": {"state_id": "s", "partial": partial}}),
+        );
+        assert!(answer["error"].is_null(), "{answer}");
+    }
+    let got = ask(serde_json::json!({"id": 9, "method": "get", "params": {"state_id": "s"}}));
+    assert_eq!(
+        json(got["result"]["partial"].as_str().unwrap()),
+        json(r#"{"singer_state":{"a":0,"b":1}}"#)
+    );
+    let lock =
+        ask(serde_json::json!({"id": 10, "method": "acquire_lock", "params": {"state_id": "s"}}));
+    assert_eq!(lock["result"]["lock"], 1);
+    // another process cannot take it, and is told who holds it
+    let other = cli
+        .command()
+        .args([
+            "-s",
+            "lock_timeout_seconds=0.5",
+            "merge",
+            "s",
+            r#"{"singer_state":{}}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(other.status.code(), Some(5), "{}", stderr(&other));
+    let bad = ask(
+        serde_json::json!({"id": 11, "method": "update", "params": {"state_id": "s", "partial": "[1]"}}),
+    );
+    assert_eq!(bad["error"]["kind"], "invalid-input");
+    assert_eq!(bad["id"], 11);
+    // closing stdin ends the server and releases what it held
+    drop(input);
+    assert!(server.wait().unwrap().success());
+    assert_eq!(cli.ok(&["lock-info", "s"])["locked"], false);
+}

@@ -1,0 +1,202 @@
+//! `state-backend serve --stdio`: one long-lived backend instance answering JSON lines, so that
+//! a Python process (Meltano) pays the component's start-up once, not per operation.
+//!
+//! Request, one line: `{"id": 1, "method": "get", "params": {"state_id": "dev:a"}}`.
+//! Answer, one line: `{"id": 1, "result": ...}` or `{"id": 1, "error": {"kind": "locked",
+//! "message": "...", "lock": {...}}}`. Locks are referred to by the number `acquire_lock`
+//! returns. End of input ends the process (held locks are released first).
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use state_host::{Backend, Error, Lock, LockInfo, State};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// Serves requests from stdin until it closes.
+pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdout = tokio::io::stdout();
+    let mut locks: HashMap<u64, Lock> = HashMap::new();
+    let mut next_lock = 1u64;
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::error!("stdin: {e}");
+                break;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let answer = match serde_json::from_str::<Value>(&line) {
+            Ok(request) => {
+                let id = request.get("id").cloned().unwrap_or(Value::Null);
+                let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+                let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+                match handle(&mut backend, &mut locks, &mut next_lock, method, &params).await {
+                    Ok(result) => json!({"id": id, "result": result}),
+                    Err(error) => json!({"id": id, "error": error_json(&error)}),
+                }
+            }
+            Err(e) => {
+                json!({"id": null, "error": {"kind": "invalid-input", "message": format!("not a JSON request: {e}")}})
+            }
+        };
+        let mut text = answer.to_string();
+        text.push('\n');
+        if stdout.write_all(text.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+            break;
+        }
+    }
+    for (_, lock) in locks.drain() {
+        let _ = backend.release(lock).await;
+    }
+    backend.close().await
+}
+
+fn error_json(error: &Error) -> Value {
+    let mut value = json!({"kind": error.kind(), "message": error.to_string()});
+    if let Error::Locked(info) = error {
+        value["lock"] = info_json(info);
+    }
+    value
+}
+
+fn info_json(info: &LockInfo) -> Value {
+    json!({
+        "state_id": info.state_id,
+        "owner": info.owner,
+        "token": info.token,
+        "acquired_at_ms": info.acquired_at_ms,
+        "expires_at_ms": info.expires_at_ms,
+    })
+}
+
+fn state_json(state: &State) -> Value {
+    json!({"state_id": state.state_id, "partial": state.partial, "completed": state.completed})
+}
+
+fn text<'a>(params: &'a Value, name: &str) -> Result<&'a str, Error> {
+    params
+        .get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::InvalidInput(format!("missing string parameter '{name}'")))
+}
+
+fn state_param(value: &Value) -> Result<State, Error> {
+    Ok(State::new(
+        text(value, "state_id")?,
+        value.get("partial").and_then(Value::as_str).unwrap_or("{}"),
+        value
+            .get("completed")
+            .and_then(Value::as_str)
+            .unwrap_or("{}"),
+    ))
+}
+
+fn lock_param<'a>(locks: &'a HashMap<u64, Lock>, params: &Value) -> Result<&'a Lock, Error> {
+    let number = params
+        .get("lock")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| Error::InvalidInput("missing lock number 'lock'".into()))?;
+    locks
+        .get(&number)
+        .ok_or_else(|| Error::InvalidInput(format!("no held lock number {number}")))
+}
+
+async fn handle(
+    backend: &mut Backend,
+    locks: &mut HashMap<u64, Lock>,
+    next_lock: &mut u64,
+    method: &str,
+    params: &Value,
+) -> Result<Value, Error> {
+    let pattern = params.get("pattern").and_then(Value::as_str);
+    Ok(match method {
+        "ping" => json!("pong"),
+        "get" => match backend.get(text(params, "state_id")?).await? {
+            Some(state) => state_json(&state),
+            None => Value::Null,
+        },
+        "set" => {
+            backend.set(&state_param(params)?).await?;
+            Value::Null
+        }
+        "update" => {
+            backend.update(&state_param(params)?).await?;
+            Value::Null
+        }
+        "delete" => {
+            backend.delete(text(params, "state_id")?).await?;
+            Value::Null
+        }
+        "clear" => {
+            backend.clear(text(params, "state_id")?).await?;
+            Value::Null
+        }
+        "state_ids" => json!(backend.state_ids(pattern).await?),
+        "get_all" => Value::Array(
+            backend
+                .get_all(pattern)
+                .await?
+                .iter()
+                .map(state_json)
+                .collect(),
+        ),
+        "set_all" => {
+            let states = params
+                .get("states")
+                .and_then(Value::as_array)
+                .ok_or_else(|| Error::InvalidInput("missing array parameter 'states'".into()))?
+                .iter()
+                .map(state_param)
+                .collect::<Result<Vec<_>, _>>()?;
+            json!(backend.set_all(&states).await?)
+        }
+        "clear_all" => json!(backend.clear_all().await?),
+        "acquire_lock" => {
+            let lock = backend.acquire_lock(text(params, "state_id")?).await?;
+            let number = *next_lock;
+            *next_lock += 1;
+            let token = lock.token;
+            locks.insert(number, lock);
+            json!({"lock": number, "token": token})
+        }
+        "release" => {
+            let number = params.get("lock").and_then(Value::as_u64).unwrap_or(0);
+            match locks.remove(&number) {
+                Some(lock) => backend.release(lock).await?,
+                None => return Err(Error::InvalidInput(format!("no held lock number {number}"))),
+            }
+            Value::Null
+        }
+        "renew" => {
+            let lock = lock_param(locks, params)?;
+            backend.renew(lock).await?;
+            Value::Null
+        }
+        "set_locked" => {
+            let state = state_param(params)?;
+            let lock = lock_param(locks, params)?;
+            backend.set_locked(&state, lock).await?;
+            Value::Null
+        }
+        "delete_locked" => {
+            let lock = lock_param(locks, params)?;
+            backend.delete_locked(lock).await?;
+            Value::Null
+        }
+        "lock_info" => match backend.lock_info(text(params, "state_id")?).await? {
+            Some(info) => info_json(&info),
+            None => Value::Null,
+        },
+        "force_unlock" => json!(backend.force_unlock(text(params, "state_id")?).await?),
+        "migrate" => {
+            backend.migrate().await?;
+            Value::Null
+        }
+        other => return Err(Error::InvalidInput(format!("unknown method '{other}'"))),
+    })
+}
