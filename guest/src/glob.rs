@@ -53,7 +53,7 @@ pub fn filter(pattern: Option<&str>) -> Result<Filter> {
     let mut regex = String::from("(?s)^");
     for token in &tokens {
         match token {
-            Token::Literal(c) => push_literal(&mut regex, *c),
+            Token::Literal(c) => push_escaped(&mut regex, *c),
             Token::AnyRun => regex.push_str(".*"),
             Token::AnyOne => regex.push('.'),
             Token::Class { negated, items } => push_class(&mut regex, *negated, items),
@@ -135,7 +135,9 @@ fn class(chars: &[char], start: usize) -> Option<(Token, usize)> {
     Some((Token::Class { negated, items }, j + 1))
 }
 
-fn push_literal(out: &mut String, c: char) {
+/// One character, literal in RE2 both outside and inside a class: punctuation escaped, control
+/// characters as `\x{..}`.
+fn push_escaped(out: &mut String, c: char) {
     if c.is_ascii_punctuation() {
         out.push('\\');
         out.push(c);
@@ -162,24 +164,13 @@ fn push_class(out: &mut String, negated: bool, items: &[(char, char)]) {
         out.push('^');
     }
     for &(lo, hi) in items {
-        push_class_char(out, lo);
+        push_escaped(out, lo);
         if lo != hi {
             out.push('-');
-            push_class_char(out, hi);
+            push_escaped(out, hi);
         }
     }
     out.push(']');
-}
-
-fn push_class_char(out: &mut String, c: char) {
-    if c.is_ascii_punctuation() {
-        out.push('\\');
-        out.push(c);
-    } else if c.is_control() {
-        out.push_str(&format!("\\x{{{:x}}}", c as u32));
-    } else {
-        out.push(c);
-    }
 }
 
 #[cfg(test)]

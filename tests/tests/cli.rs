@@ -79,6 +79,20 @@ impl Cli {
     }
 }
 
+/// Waits until a `lock --hold` child says it holds the lock (it prints that on stderr).
+fn wait_until_locked(child: &mut std::process::Child) {
+    use std::io::Read;
+    let mut err = child.stderr.take().expect("stderr piped");
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("locked") {
+        if err.read(&mut byte).expect("reads") == 0 {
+            panic!("holder exited: {}", String::from_utf8_lossy(&seen));
+        }
+        seen.push(byte[0]);
+    }
+}
+
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -331,17 +345,7 @@ fn two_processes_contend_for_one_lock() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the holder says it has the lock (it prints that on stderr).
-    let mut err = holder.stderr.take().unwrap();
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !String::from_utf8_lossy(&seen).contains("locked") {
-        use std::io::Read;
-        if err.read(&mut byte).unwrap() == 0 {
-            panic!("holder exited: {}", String::from_utf8_lossy(&seen));
-        }
-        seen.push(byte[0]);
-    }
+    wait_until_locked(&mut holder);
     let waiter = cli
         .command()
         .args([
@@ -439,16 +443,7 @@ fn unlock_breaks_a_held_lock() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let mut err = holder.stderr.take().unwrap();
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !String::from_utf8_lossy(&seen).contains("locked") {
-        use std::io::Read;
-        if err.read(&mut byte).unwrap() == 0 {
-            panic!("holder exited: {}", String::from_utf8_lossy(&seen));
-        }
-        seen.push(byte[0]);
-    }
+    wait_until_locked(&mut holder);
     assert_eq!(cli.ok(&["lock-info", "stuck"])["locked"], true);
     // ...is broken by an operator, and the next merge goes through at once.
     assert_eq!(cli.ok(&["unlock", "stuck"])["unlocked"], true);
