@@ -4,7 +4,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::bindings::{ClickhouseStateBackend, wit};
-use crate::error::{Error, LockInfo, Result};
+use crate::error::{Error, LockInfo, Result, info_from_wit};
 use crate::settings::Settings;
 use crate::state::HostState;
 
@@ -259,14 +259,4 @@ fn end_call<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Res
             Error::trap(trap)
         }
     })
-}
-
-fn info_from_wit(info: wit::LockInfo) -> LockInfo {
-    LockInfo {
-        state_id: info.state_id,
-        owner: info.owner,
-        token: info.token,
-        acquired_at_ms: info.acquired_at_ms,
-        expires_at_ms: info.expires_at_ms,
-    }
 }

@@ -2,15 +2,8 @@
 
 use crate::bindings::wit;
 
-/// Who holds a lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockInfo {
-    pub state_id: String,
-    pub owner: String,
-    pub token: u64,
-    pub acquired_at_ms: u64,
-    pub expires_at_ms: u64,
-}
+/// Who holds a lock: the guest's own type, so both sides speak of it the same way.
+pub use clickhouse_state::error::LockInfo;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -87,13 +80,7 @@ impl From<wit::Error> for Error {
             wit::Error::Unauthorized(m) => Error::Unauthorized(m),
             wit::Error::Unreachable(m) => Error::Unreachable(m),
             wit::Error::Timeout(m) => Error::Timeout(m),
-            wit::Error::Locked(info) => Error::Locked(LockInfo {
-                state_id: info.state_id,
-                owner: info.owner,
-                token: info.token,
-                acquired_at_ms: info.acquired_at_ms,
-                expires_at_ms: info.expires_at_ms,
-            }),
+            wit::Error::Locked(info) => Error::Locked(info_from_wit(info)),
             wit::Error::LockLost(m) => Error::LockLost(m),
             wit::Error::Server(e) => Error::Server {
                 code: e.code,
@@ -113,13 +100,7 @@ impl From<clickhouse_state::error::Error> for Error {
             G::Unauthorized(m) => Error::Unauthorized(m),
             G::Unreachable(m) | G::Refused(m) => Error::Unreachable(m),
             G::Timeout(m) => Error::Timeout(m),
-            G::Locked(i) => Error::Locked(LockInfo {
-                state_id: i.state_id,
-                owner: i.owner,
-                token: i.token,
-                acquired_at_ms: i.acquired_at_ms,
-                expires_at_ms: i.expires_at_ms,
-            }),
+            G::Locked(info) => Error::Locked(info),
             G::LockLost(m) => Error::LockLost(m),
             G::Server(e) => Error::Server {
                 code: e.code,
@@ -127,6 +108,17 @@ impl From<clickhouse_state::error::Error> for Error {
                 message: e.message,
             },
         }
+    }
+}
+
+/// The contract's lock info as the host's.
+pub(crate) fn info_from_wit(info: wit::LockInfo) -> LockInfo {
+    LockInfo {
+        state_id: info.state_id,
+        owner: info.owner,
+        token: info.token,
+        acquired_at_ms: info.acquired_at_ms,
+        expires_at_ms: info.expires_at_ms,
     }
 }
 

@@ -76,70 +76,64 @@ async fn success_with_the_private_ca_configured() {
     assert_eq!(table.raw_rows(), 2);
 }
 
+/// The error a guest gets from a TLS proxy presenting a certificate for `names` (expired or
+/// not), when the host trusts the proxy's CA or not, over https or plain http. Also returns
+/// the proxy's port.
+async fn failure_against(
+    label: &str,
+    names: &[&str],
+    expired: bool,
+    trust_ca: bool,
+    https: bool,
+) -> (String, u16) {
+    let pki = Pki::new(label);
+    let server = pki.server("server", names, expired);
+    let table = TestTable::new(&format!("tls_{label}"));
+    let proxy = TlsProxy::start(pki.server_config(&server, false), table.target.clone()).await;
+    let runtime = runtime_with(if trust_ca {
+        trusting(&pki)
+    } else {
+        TlsOptions::default()
+    });
+    let mut uri = secure_uri(&table.target, "localhost", proxy.port());
+    if !https {
+        uri = uri.replace("?secure=true", "");
+    }
+    (
+        unreachable_message(&runtime, &uri, &table).await,
+        proxy.port(),
+    )
+}
+
 #[tokio::test]
 async fn an_unknown_ca_is_a_clear_certificate_error() {
-    let pki = Pki::new("noca");
-    let server = pki.server("server", &["localhost"], false);
-    let table = TestTable::new("tls_noca");
-    let proxy = TlsProxy::start(pki.server_config(&server, false), table.target.clone()).await;
-    let runtime = runtime_with(TlsOptions::default());
-    let message = unreachable_message(
-        &runtime,
-        &secure_uri(&table.target, "localhost", proxy.port()),
-        &table,
-    )
-    .await;
+    let (message, port) = failure_against("noca", &["localhost"], false, false, true).await;
     assert!(
         message.contains("certificate was rejected") && message.contains("UnknownIssuer"),
         "{message}"
     );
     assert!(
-        message.contains(&format!("https://localhost:{}", proxy.port())),
+        message.contains(&format!("https://localhost:{port}")),
         "{message}"
     );
 }
 
 #[tokio::test]
 async fn a_wrong_hostname_is_rejected() {
-    let pki = Pki::new("name");
-    let server = pki.server("server", &["clickhouse.internal.example"], false);
-    let table = TestTable::new("tls_name");
-    let proxy = TlsProxy::start(pki.server_config(&server, false), table.target.clone()).await;
-    let runtime = runtime_with(trusting(&pki));
-    let message = unreachable_message(
-        &runtime,
-        &secure_uri(&table.target, "localhost", proxy.port()),
-        &table,
-    )
-    .await;
+    let (message, _) =
+        failure_against("name", &["clickhouse.internal.example"], false, true, true).await;
     assert!(message.contains("NotValidForName"), "{message}");
 }
 
 #[tokio::test]
 async fn an_expired_certificate_is_rejected() {
-    let pki = Pki::new("expired");
-    let server = pki.server("server", &["localhost"], true);
-    let table = TestTable::new("tls_expired");
-    let proxy = TlsProxy::start(pki.server_config(&server, false), table.target.clone()).await;
-    let runtime = runtime_with(trusting(&pki));
-    let message = unreachable_message(
-        &runtime,
-        &secure_uri(&table.target, "localhost", proxy.port()),
-        &table,
-    )
-    .await;
+    let (message, _) = failure_against("expired", &["localhost"], true, true, true).await;
     assert!(message.contains("Expired"), "{message}");
 }
 
 #[tokio::test]
 async fn plain_http_to_the_tls_port_is_a_clear_error() {
-    let pki = Pki::new("plain");
-    let server = pki.server("server", &["localhost"], false);
-    let table = TestTable::new("tls_plain");
-    let proxy = TlsProxy::start(pki.server_config(&server, false), table.target.clone()).await;
-    let runtime = runtime_with(trusting(&pki));
-    let uri = secure_uri(&table.target, "localhost", proxy.port()).replace("?secure=true", "");
-    let message = unreachable_message(&runtime, &uri, &table).await;
+    let (message, _) = failure_against("plain", &["localhost"], false, true, false).await;
     assert!(message.contains("needs secure=true"), "{message}");
 }
 
