@@ -79,17 +79,56 @@ impl Cli {
     }
 }
 
-/// Waits until a `lock --hold` child says it holds the lock (it prints that on stderr).
-fn wait_until_locked(child: &mut std::process::Child) {
-    use std::io::Read;
-    let mut err = child.stderr.take().expect("stderr piped");
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !String::from_utf8_lossy(&seen).contains("locked") {
-        if err.read(&mut byte).expect("reads") == 0 {
-            panic!("holder exited: {}", String::from_utf8_lossy(&seen));
+/// A `lock --hold` child whose stderr is drained by a thread for its whole life: dropping the
+/// pipe early would make its next log line fail with EPIPE and the holder exit with an error.
+struct Holder {
+    child: std::process::Child,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Holder {
+    /// Spawns the holder and waits until it says it holds the lock (it prints that on stderr).
+    fn spawn(mut command: Command) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawns the holder");
+        let err = child.stderr.take().expect("stderr piped");
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let stderr = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if line.starts_with("locked") {
+                    locked_tx.send(()).ok();
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let mut holder = Holder { child, stderr };
+        if locked_rx.recv().is_err() {
+            let status = holder.child.wait().expect("waits");
+            let err = holder.stderr.join().unwrap_or_default();
+            panic!("holder exited ({status}) before locking: {err}");
         }
-        seen.push(byte[0]);
+        holder
+    }
+
+    /// Waits for the holder to end; returns whether it succeeded and all it wrote on stderr.
+    fn finish(self) -> (bool, String) {
+        let Holder { mut child, stderr } = self;
+        let ok = child.wait().expect("waits").success();
+        (ok, stderr.join().unwrap_or_default())
+    }
+
+    fn kill(self) {
+        let Holder { mut child, stderr } = self;
+        child.kill().ok();
+        child.wait().ok();
+        stderr.join().ok();
     }
 }
 
@@ -338,14 +377,9 @@ fn settings_flag_beats_environment_beats_uri() {
 fn two_processes_contend_for_one_lock() {
     let cli = Cli::new("cli_lock");
     cli.ok(&["migrate"]);
-    let mut holder = cli
-        .command()
-        .args(["lock", "shared", "--hold", "4"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_until_locked(&mut holder);
+    let mut command = cli.command();
+    command.args(["lock", "shared", "--hold", "4"]);
+    let holder = Holder::spawn(command);
     let waiter = cli
         .command()
         .args([
@@ -370,7 +404,8 @@ fn two_processes_contend_for_one_lock() {
         &stderr(&waiter),
         info["owner"].as_str().unwrap()
     ));
-    assert!(holder.wait().unwrap().success());
+    let (held_ok, held_err) = holder.finish();
+    assert!(held_ok, "holder failed: {held_err}");
     assert_eq!(cli.ok(&["lock-info", "shared"])["locked"], false);
     // Once released, the same merge goes through.
     cli.ok(&["merge", "shared", r#"{"singer_state":{"after":1}}"#]);
@@ -436,14 +471,9 @@ fn waiter_names_holder(err: &str, owner: &str) -> bool {
 fn unlock_breaks_a_held_lock() {
     let cli = Cli::new("cli_unlock");
     // A holder that holds for a long time...
-    let mut holder = cli
-        .command()
-        .args(["lock", "stuck", "--hold", "60"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until_locked(&mut holder);
+    let mut command = cli.command();
+    command.args(["lock", "stuck", "--hold", "60"]);
+    let holder = Holder::spawn(command);
     assert_eq!(cli.ok(&["lock-info", "stuck"])["locked"], true);
     // ...is broken by an operator, and the next merge goes through at once.
     assert_eq!(cli.ok(&["unlock", "stuck"])["unlocked"], true);
@@ -456,8 +486,7 @@ fn unlock_breaks_a_held_lock() {
         r#"{"singer_state":{"x":1}}"#,
     ]);
     assert_eq!(cli.ok(&["unlock", "stuck"])["unlocked"], false);
-    holder.kill().ok();
-    holder.wait().ok();
+    holder.kill();
 }
 
 #[test]
