@@ -4,6 +4,8 @@
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
 python := ".venv/bin/python"
+# Where `meltano-install` stages the host and the component inside the Python package
+bundle := "host/python/src/meltano_clickhouse_state/bin"
 clickhouse_port := env("LOCAL_CLICKHOUSE_PORT", "8123")
 # Every integration test and the demo read this; point it elsewhere (e.g. ClickHouse Cloud)
 # to run them there.
@@ -88,10 +90,32 @@ test: guest
     trap '[[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
     {{just_executable()}} test-clickhouse
     cargo test --workspace
+    {{python}} -m pytest -q host/python/tests
+
+# Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`)
+test-meltano: guest
+    cargo build -p meltano-state-host
+    {{python}} -m pytest -q host/python/tests
+
+# Install the Meltano backend into the virtualenv where Meltano is, e.g. `just meltano-install
+# ~/.venvs/meltano`: a release host, the component precompiled beside it, the Python package
+meltano-install venv: guest
+    cargo build --release -p meltano-state-host
+    rm -rf {{bundle}} && mkdir -p {{bundle}}
+    cp target/release/state-backend target/wasm32-wasip2/release-guest/clickhouse_state.wasm {{bundle}}/
+    {{bundle}}/state-backend --component {{bundle}}/clickhouse_state.wasm compile >/dev/null
+    {{venv}}/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall ./host/python
+    rm -rf {{bundle}} host/python/build
+    @echo "installed into {{venv}}: set MELTANO_STATE_BACKEND_URI=clickhouse://user:password@host:port/database"
 
 # Lock benchmark: fenced vs settle latency, round trips, throughput (prints a table)
 bench-lock: guest clickhouse-start
     cargo bench -p integration-tests --bench lock
+
+# Meltano benchmark: one update through Meltano and the bridge vs the host library directly
+bench-meltano: guest clickhouse-start
+    cargo build --release -p meltano-state-host
+    cargo bench -p integration-tests --bench meltano
 
 # Sandbox benchmark: instantiation, memory per idle instance, .cwasm vs .wasm loading
 bench-sandbox: guest

@@ -6,8 +6,9 @@
 #   tests/bootstrap.sh          # install only
 #
 # Idempotent and quick when everything is already there: the Python venv (.venv, with chDB,
-# pytest, clickhouse-connect and `just`) is rebuilt only when requirements.txt changes, and the
-# wasm32-wasip2 Rust target is added only when missing.
+# pytest, clickhouse-connect, Meltano, `just`, and this project's Meltano package installed
+# editable) is rebuilt only when requirements.txt or the package's pyproject.toml changes, and
+# the wasm32-wasip2 Rust target is added only when missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -15,12 +16,14 @@ cd "$root"
 venv=.venv
 req=tests/clickhouse/requirements.txt
 stamp="$venv/.requirements.sha256"
-want="$(sha256sum "$req" | cut -d' ' -f1)"
+package=host/python
+want="$(cat "$req" "$package/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 
 if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
-  echo "bootstrap: creating Python venv in $venv (chDB, pytest, clickhouse-connect, just)" >&2
+  echo "bootstrap: creating Python venv in $venv (chDB, pytest, clickhouse-connect, Meltano, just)" >&2
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$package"
   echo "$want" > "$stamp"
 fi
 

@@ -308,11 +308,24 @@ impl Default for InstanceOptions {
     }
 }
 
-/// Where the built component is, unless `STATE_BACKEND_COMPONENT` says otherwise: next to the
-/// cargo target directory of the running executable.
+/// Where the component is, unless `STATE_BACKEND_COMPONENT` says otherwise: beside the running
+/// executable (`.cwasm` first, then `.wasm`; an installed copy such as the Python package's),
+/// else in the cargo target directory the executable was built in.
 pub fn default_component_path() -> PathBuf {
     if let Some(path) = std::env::var_os(COMPONENT_ENV) {
         return PathBuf::from(path);
+    }
+    // An installed copy: a precompiled component beside the executable loads in milliseconds.
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+    {
+        let wasm = dir.join(COMPONENT_FILE);
+        for candidate in [wasm.with_extension("cwasm"), wasm] {
+            if candidate.exists() {
+                return candidate;
+            }
+        }
     }
     let relative = Path::new("wasm32-wasip2")
         .join("release-guest")

@@ -1,0 +1,267 @@
+"""The bridge to the component: one ``state-backend serve --stdio`` process, JSON lines.
+
+Why a process and not an extension module: the host is a wasmtime application with its own async
+runtime, TLS stack and sandbox; running it as a child keeps all of that out of Meltano's
+interpreter (no ABI coupling to a Python version, a crash in it cannot take Meltano down) and
+costs one pipe round trip per call, well under a millisecond, against the several milliseconds
+of the ClickHouse queries behind every call. The process starts once per configuration per
+Meltano process and lives until the interpreter exits.
+
+Secrets: the URI and the password reach the child in its environment, never on its command
+line (which any local user can read), and nothing here prints them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import itertools
+import json
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import typing as t
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+host_logger = logging.getLogger(f"{__name__}.host")
+
+#: Overrides where the host executable is.
+BIN_ENV = "STATE_BACKEND_BIN"
+EXECUTABLE = "state-backend"
+#: The host's settings variables: set from Meltano's settings only, never inherited.
+_SETTING_VARS = {
+    "host": "CLICKHOUSE_HOST",
+    "port": "CLICKHOUSE_PORT",
+    "database": "CLICKHOUSE_DATABASE",
+    "user": "CLICKHOUSE_USER",
+    "password": "CLICKHOUSE_PASSWORD",
+    "secure": "CLICKHOUSE_SECURE",
+    "schema": "CLICKHOUSE_SCHEMA",
+    "table": "CLICKHOUSE_TABLE",
+}
+_URI_VAR = "MELTANO_STATE_BACKEND_URI"
+#: How long past its own deadline (the lock timeout plus a minute) the host may take to answer
+#: before it is considered hung and stopped.
+_REPLY_GRACE_SECONDS = 90.0
+_EOF = object()
+
+
+class BackendError(Exception):
+    """An operation failed; ``kind`` is the contract's error case (``locked``, ``unreachable``,
+    ``unauthorized``, ``invalid-input``, ...) or ``host`` when the host process itself failed."""
+
+    def __init__(self, kind: str, message: str, lock: dict[str, t.Any] | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.lock = lock
+
+
+def find_executable(package_dir: Path = Path(__file__).resolve().parent) -> Path:
+    """The host executable: $STATE_BACKEND_BIN, the copy bundled in this package, or PATH."""
+    explicit = os.environ.get(BIN_ENV)
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise BackendError("host", f"{BIN_ENV} names {path}, which is not a file")
+        return path
+    bundled = package_dir / "bin" / EXECUTABLE
+    if bundled.is_file():
+        return bundled
+    found = shutil.which(EXECUTABLE)
+    if found:
+        return Path(found)
+    raise BackendError(
+        "host",
+        f"the {EXECUTABLE} host executable was not found: it is neither bundled in this "
+        f"package ({bundled.parent}) nor on PATH; install a package built by "
+        f"`just meltano-package`, or set {BIN_ENV}",
+    )
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """How to start a host: what it connects to and with which settings.
+
+    Equal configurations share one process. ``repr`` never shows the URI or the password.
+    """
+
+    uri: str = field(repr=False)
+    settings: tuple[tuple[str, str], ...] = field(repr=False, default=())
+    lock_timeout_seconds: float = 10.0
+    lock_retry_seconds: float = 1.0
+    allow_loopback: bool = False
+    ca_bundle: str | None = None
+    executable: Path | None = None
+
+    def command(self, executable: Path) -> list[str]:
+        command = [str(executable), "--log", "warn"]
+        if self.allow_loopback:
+            command.append("--allow-loopback")
+        if self.ca_bundle:
+            command += ["--ca-bundle", self.ca_bundle]
+        command += [
+            "-s",
+            f"lock_timeout_seconds={self.lock_timeout_seconds:g}",
+            "-s",
+            f"lock_retry_seconds={self.lock_retry_seconds:g}",
+            "serve",
+            "--stdio",
+        ]
+        return command
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if name not in _SETTING_VARS.values() and name != _URI_VAR
+        }
+        env[_URI_VAR] = self.uri
+        for name, value in self.settings:
+            env[_SETTING_VARS[name]] = value
+        return env
+
+
+class Bridge:
+    """One host process; calls are serialised (one request, one answer)."""
+
+    _shared: t.ClassVar[dict[HostConfig, Bridge]] = {}
+    _shared_lock: t.ClassVar = threading.Lock()
+
+    def __init__(self, config: HostConfig):
+        self.config = config
+        self._ids = itertools.count(1)
+        self._mutex = threading.Lock()
+        self._lines: queue.Queue[t.Any] = queue.Queue()
+        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+        self._stderr_done = threading.Event()
+        executable = config.executable or find_executable()
+        try:
+            self._process = subprocess.Popen(
+                config.command(executable),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=config.environment(),
+            )
+        except OSError as e:
+            raise BackendError("host", f"cannot start {executable}: {e.strerror or e}") from None
+        threading.Thread(target=self._read_answers, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        logger.debug("started the state-backend host (pid %d)", self._process.pid)
+
+    @classmethod
+    def shared(cls, config: HostConfig) -> Bridge:
+        """The running bridge for ``config``, started on first use or after it died."""
+        with cls._shared_lock:
+            bridge = cls._shared.get(config)
+            if bridge is None or not bridge.alive:
+                if bridge is not None:
+                    logger.warning("the state-backend host had exited; starting a new one")
+                bridge = cls(config)
+                cls._shared[config] = bridge
+            return bridge
+
+    @classmethod
+    def close_all(cls) -> None:
+        with cls._shared_lock:
+            bridges = list(cls._shared.values())
+            cls._shared.clear()
+        for bridge in bridges:
+            bridge.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def call(self, method: str, **params: t.Any) -> t.Any:
+        """Sends one request and waits for its answer; raises :class:`BackendError`."""
+        with self._mutex:
+            if not self.alive:
+                raise self._exited(method)
+            request_id = next(self._ids)
+            line = json.dumps({"id": request_id, "method": method, "params": params}) + "\n"
+            try:
+                assert self._process.stdin is not None
+                self._process.stdin.write(line.encode())
+                self._process.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                raise self._exited(method) from None
+            timeout = self.config.lock_timeout_seconds + 60 + _REPLY_GRACE_SECONDS
+            try:
+                answer = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                self._process.kill()
+                raise BackendError(
+                    "host",
+                    f"the state-backend host did not answer {method} within {timeout:g} s "
+                    f"and was stopped",
+                ) from None
+            if answer is _EOF:
+                raise self._exited(method)
+            try:
+                reply = json.loads(answer)
+            except ValueError:
+                raise BackendError("host", f"the host answered {method} with non-JSON") from None
+            if reply.get("id") != request_id:
+                self._process.kill()
+                raise BackendError("host", f"the host answered out of turn to {method}; stopped it")
+            if "error" in reply:
+                error = reply["error"] or {}
+                raise BackendError(
+                    error.get("kind", "unknown"),
+                    error.get("message", "unknown error"),
+                    error.get("lock"),
+                )
+            return reply.get("result")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ends the process: closing its input makes it release held locks and exit."""
+        if self._process.stdin and not self._process.stdin.closed:
+            try:
+                self._process.stdin.close()
+            except OSError:
+                pass
+        try:
+            self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+    def _exited(self, method: str) -> BackendError:
+        try:
+            code = self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            code = self._process.wait()
+        self._stderr_done.wait(timeout=2)
+        said = " | ".join(self._stderr_tail) or "nothing on stderr"
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return BackendError("host", f"the state-backend host {how} before answering {method}: {said}")
+
+    def _read_answers(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self._lines.put(line)
+        self._lines.put(_EOF)
+
+    def _read_stderr(self) -> None:
+        assert self._process.stderr is not None
+        for raw in self._process.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                self._stderr_tail.append(line)
+                host_logger.warning("%s", line)
+        self._stderr_done.set()
+
+
+atexit.register(Bridge.close_all)

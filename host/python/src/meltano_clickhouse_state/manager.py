@@ -1,0 +1,198 @@
+"""Meltano's ``StateStoreManager`` for ``clickhouse://`` URIs, delegating to the component.
+
+Meltano's own ``update`` and ``clear`` (final in the base class) run unchanged: they take
+:meth:`acquire_lock` and call :meth:`get`, :meth:`set` and :meth:`delete` inside it. While this
+manager holds the lock of an id, ``set`` and ``delete`` of that id go to the component as
+fenced writes under the lock's token, so a holder that lost its lock cannot overwrite newer
+state.
+"""
+
+from __future__ import annotations
+
+import json
+import typing as t
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+from meltano.core.state_store.base import MeltanoState, StateIDLockedError, StateStoreManager
+
+from meltano_clickhouse_state.bridge import BackendError, Bridge, HostConfig
+
+
+class StateLockedError(StateIDLockedError, BackendError):
+    """The lock of a state id stayed held by another process past the lock timeout."""
+
+
+def _error(error: BackendError) -> BackendError:
+    if error.kind == "locked":
+        return StateLockedError(error.kind, error.message, error.lock)
+    return error
+
+
+def _to_setting(value: t.Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _json_part(value: str | None, state_id: str) -> dict[str, t.Any]:
+    if not value:
+        return {}
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise BackendError("host", f"the stored state of {state_id!r} is not JSON") from None
+
+
+class ClickHouseStateStoreManager(StateStoreManager):
+    """State in ClickHouse, through the sandboxed WebAssembly component."""
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        lock_timeout_seconds: float | None = None,
+        lock_retry_seconds: float | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        database: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        secure: bool | None = None,
+        schema: str | None = None,
+        table: str | None = None,
+        ca_bundle: str | None = None,
+        allow_loopback: bool | None = None,
+        **kwargs: t.Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        overrides = {
+            "host": host,
+            "port": port,
+            "database": database,
+            "user": user,
+            "password": password,
+            "secure": secure,
+            "schema": schema,
+            "table": table,
+        }
+        self.config = HostConfig(
+            uri=uri,
+            settings=tuple(
+                (name, _to_setting(value)) for name, value in overrides.items() if value is not None
+            ),
+            lock_timeout_seconds=float(10 if lock_timeout_seconds is None else lock_timeout_seconds),
+            lock_retry_seconds=float(1 if lock_retry_seconds is None else lock_retry_seconds),
+            allow_loopback=bool(allow_loopback),
+            ca_bundle=ca_bundle or None,
+        )
+        parts = urlsplit(uri)
+        where = f"{host or parts.hostname}:{port or parts.port or ''}".rstrip(":")
+        self._label = f"ClickHouse state backend (WebAssembly component) at {where}"
+        self._bridge = Bridge.shared(self.config)
+        # Lock numbers in the host, by state id, for the locks this manager holds.
+        self._held: dict[str, int] = {}
+
+    @property
+    def label(self) -> str:
+        """Where the state lives, without credentials."""
+        return self._label
+
+    def _call(self, method: str, **params: t.Any) -> t.Any:
+        # A host that died fails the call in flight; the next one starts a new host, unless
+        # this manager holds locks, whose numbers only the dead host knew.
+        if not self._bridge.alive and not self._held:
+            self._bridge = Bridge.shared(self.config)
+        try:
+            return self._bridge.call(method, **params)
+        except BackendError as e:
+            raise _error(e) from None
+
+    @staticmethod
+    def _state_params(state: MeltanoState) -> dict[str, str]:
+        return {
+            "state_id": state.state_id,
+            "partial": json.dumps(state.partial_state or {}),
+            "completed": json.dumps(state.completed_state or {}),
+        }
+
+    @staticmethod
+    def _state(value: dict[str, t.Any]) -> MeltanoState:
+        state_id = value["state_id"]
+        return MeltanoState(
+            state_id=state_id,
+            partial_state=_json_part(value.get("partial"), state_id),
+            completed_state=_json_part(value.get("completed"), state_id),
+        )
+
+    def set(self, state: MeltanoState) -> None:
+        """Overwrites both parts; fenced by the lock's token when this manager holds it."""
+        lock = self._held.get(state.state_id)
+        if lock is None:
+            self._call("set", **self._state_params(state))
+        else:
+            self._call("set_locked", lock=lock, **self._state_params(state))
+
+    def get(self, state_id: str) -> MeltanoState | None:
+        value = self._call("get", state_id=state_id)
+        return None if value is None else self._state(value)
+
+    def delete(self, state_id: str) -> None:
+        lock = self._held.get(state_id)
+        if lock is None:
+            self._call("delete", state_id=state_id)
+        else:
+            self._call("delete_locked", lock=lock)
+
+    def get_state_ids(self, pattern: str | None = None) -> Iterable[str]:
+        return self._call("state_ids", pattern=pattern)
+
+    def get_all(self, pattern: str | None = None) -> Iterable[MeltanoState]:
+        """All states in one query, not one per id."""
+        return [self._state(value) for value in self._call("get_all", pattern=pattern)]
+
+    def set_all(self, states: Iterable[MeltanoState]) -> int:
+        """All states in one insert."""
+        return int(self._call("set_all", states=[self._state_params(s) for s in states]))
+
+    def clear_all(self) -> int:
+        return int(self._call("clear_all"))
+
+    def migrate(self) -> None:
+        self._call("migrate")
+
+    @contextmanager
+    def acquire_lock(self, state_id: str, *, retry_seconds: float) -> Iterator[None]:
+        """The component's lock on ``state_id``.
+
+        The component waits up to ``lock_timeout_seconds``, retrying every
+        ``lock_retry_seconds`` (both Meltano settings); ``retry_seconds`` (always 1 in
+        Meltano's own calls) is superseded by that setting. Raises ``StateIDLockedError`` naming
+        the holder when the timeout passes.
+        """
+        del retry_seconds
+        if state_id in self._held:
+            raise BackendError("invalid-input", f"this manager already holds the lock on {state_id!r}")
+        lock = self._call("acquire_lock", state_id=state_id)["lock"]
+        self._held[state_id] = lock
+        try:
+            yield
+        except BaseException:
+            del self._held[state_id]
+            try:
+                self._bridge.call("release", lock=lock)
+            except BackendError:
+                pass  # the first error is the one to report; the lock expires with its lease
+            raise
+        del self._held[state_id]
+        self._call("release", lock=lock)
+
+    def close(self) -> None:
+        """Releases what this manager still holds; the shared host keeps running."""
+        for state_id, lock in list(self._held.items()):
+            del self._held[state_id]
+            try:
+                self._bridge.call("release", lock=lock)
+            except BackendError:
+                pass  # the lock expires with its lease

@@ -1,0 +1,153 @@
+"""Fixtures for the Meltano tests: real Meltano, the real host, the ClickHouse at $CLICKHOUSE_URL.
+
+Each test gets a schema (database) of its own, dropped afterwards, so the same tests run against
+the local ClickHouse or any other one given by URL.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_URL = "http://default:@127.0.0.1:8123"
+MELTANO = Path(sys.executable).with_name("meltano")
+
+
+@dataclass(frozen=True)
+class ClickHouse:
+    secure: bool
+    host: str
+    port: int
+    user: str
+    password: str
+
+    @classmethod
+    def from_env(cls) -> ClickHouse:
+        parts = urlsplit(os.environ.get("CLICKHOUSE_URL", DEFAULT_URL))
+        secure = parts.scheme == "https"
+        return cls(
+            secure=secure,
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or (8443 if secure else 8123),
+            user=unquote(parts.username or "default"),
+            password=unquote(parts.password or ""),
+        )
+
+    @property
+    def loopback(self) -> bool:
+        return self.host in {"127.0.0.1", "localhost", "::1"}
+
+    def uri(self, password: str | None = None) -> str:
+        password = self.password if password is None else password
+        query = "?secure=true" if self.secure else ""
+        return (
+            f"clickhouse://{quote(self.user, safe='')}:{quote(password, safe='')}"
+            f"@{self.host}:{self.port}/default{query}"
+        )
+
+    def query(self, sql: str) -> str:
+        """Runs SQL over plain HTTP, bypassing the component (to check and to clean up)."""
+        scheme = "https" if self.secure else "http"
+        request = urllib.request.Request(f"{scheme}://{self.host}:{self.port}/", data=sql.encode())
+        token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.read().decode()
+
+
+@pytest.fixture(scope="session")
+def clickhouse() -> ClickHouse:
+    return ClickHouse.from_env()
+
+
+@pytest.fixture(scope="session")
+def host_bin() -> Path:
+    """The host executable the tests drive: $STATE_BACKEND_BIN or the debug build."""
+    path = Path(os.environ.get("STATE_BACKEND_BIN", ROOT / "target" / "debug" / "state-backend"))
+    if not path.is_file():
+        pytest.fail(f"no host executable at {path}: run `cargo build -p meltano-state-host`")
+    return path
+
+
+@pytest.fixture
+def schema(clickhouse: ClickHouse):
+    """A database of this test's own, dropped afterwards."""
+    name = f"meltano_py_{uuid.uuid4().hex[:10]}"
+    yield name
+    clickhouse.query(f"DROP DATABASE IF EXISTS {name}")
+
+
+@pytest.fixture
+def backend_env(clickhouse: ClickHouse, host_bin: Path, schema: str, monkeypatch) -> dict[str, str]:
+    """The environment a Meltano process needs to keep its state in `schema`."""
+    env = {
+        "STATE_BACKEND_BIN": str(host_bin),
+        "MELTANO_STATE_BACKEND_URI": clickhouse.uri(),
+        "MELTANO_STATE_BACKEND_CLICKHOUSE_SCHEMA": schema,
+        "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK": "true" if clickhouse.loopback else "false",
+        "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
+        "MELTANO_DISABLE_TRACKING": "true",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.fixture
+def manager_kwargs(clickhouse: ClickHouse, schema: str, backend_env) -> dict:
+    """Keyword arguments as Meltano passes them to the manager."""
+    return {
+        "uri": clickhouse.uri(),
+        "schema": schema,
+        "allow_loopback": clickhouse.loopback,
+        "lock_timeout_seconds": 10,
+        "lock_retry_seconds": 1,
+    }
+
+
+@dataclass
+class Project:
+    """A Meltano project in a temporary directory, its state in this test's schema."""
+
+    path: Path
+    env: dict[str, str]
+
+    def meltano(self, *args: str, input: str | None = None, check: bool = True):
+        result = subprocess.run(
+            [str(MELTANO), *args],
+            cwd=self.path,
+            env=self.env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"meltano {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+            )
+        return result
+
+
+@pytest.fixture
+def project(tmp_path: Path, backend_env: dict[str, str]) -> Project:
+    env = {**os.environ, **backend_env}
+    subprocess.run(
+        [str(MELTANO), "init", "project", "--no-usage-stats"],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return Project(path=tmp_path / "project", env=env)

@@ -1,0 +1,246 @@
+"""The adapter as Meltano sees it: a StateStoreManager loaded through Meltano's entry point.
+
+Meltano's own final `update` and `clear` are what run here; only get/set/delete/lock are ours.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from meltano.core.state_store import MeltanoState, StateBackend
+from meltano.core.state_store.base import StateIDLockedError
+
+from meltano_clickhouse_state import BackendError, ClickHouseStateStoreManager
+from meltano_clickhouse_state.bridge import Bridge
+
+WORKER = Path(__file__).with_name("lock_worker.py")
+
+
+def make(**kwargs):
+    return StateBackend.get_manager_factory(scheme="clickhouse")(**kwargs)
+
+
+@pytest.fixture
+def manager(manager_kwargs):
+    with make(**manager_kwargs) as manager:
+        yield manager
+
+
+def test_meltano_finds_the_backend_and_its_settings():
+    assert StateBackend.get_manager_factory(scheme="clickhouse") is ClickHouseStateStoreManager
+    from meltano.core.config_service import ConfigService
+
+    names = {s.name: s for s in ConfigService.addon.get_all()}
+    for key in ["host", "port", "database", "user", "password", "secure", "schema", "table"]:
+        assert f"state_backend.clickhouse.{key}" in names
+    assert names["state_backend.clickhouse.password"].is_redacted
+
+
+def test_set_get_delete_round_trip(manager, clickhouse, schema):
+    state = MeltanoState("dev:tap-a-to-b", {"p": 1}, {"singer_state": {"bookmarks": {"s": 1}}})
+    manager.set(state)
+    assert manager.get("dev:tap-a-to-b") == state
+    # It is really in ClickHouse, in the configured schema.
+    stored = clickhouse.query(f"SELECT completed_state FROM {schema}.state FINAL FORMAT TSVRaw")
+    assert json.loads(stored) == state.completed_state
+    manager.delete("dev:tap-a-to-b")
+    assert manager.get("dev:tap-a-to-b") is None
+    assert manager.get("never-set") is None
+
+
+def test_partial_states_merge_into_the_stored_partial(manager):
+    sid = "dev:tap-merge-to-target"
+    manager.update(MeltanoState(sid, {}, {"singer_state": {"bookmarks": {"a": {"ts": 1}}}}))
+    manager.update(MeltanoState(sid, {"singer_state": {"bookmarks": {"b": {"ts": 2}}}}, {}))
+    manager.update(
+        MeltanoState(sid, {"singer_state": {"bookmarks": {"b": {"ts": 3}, "c": {"ts": 4}}}}, {})
+    )
+    state = manager.get(sid)
+    assert state.completed_state == {"singer_state": {"bookmarks": {"a": {"ts": 1}}}}
+    assert state.partial_state == {"singer_state": {"bookmarks": {"b": {"ts": 3}, "c": {"ts": 4}}}}
+    # What a tap gets: the partial overlaid on the completed.
+    assert json.loads(state.json_merged()) == {
+        "singer_state": {"bookmarks": {"a": {"ts": 1}, "b": {"ts": 3}, "c": {"ts": 4}}}
+    }
+
+
+def test_a_complete_state_resets_the_partial(manager):
+    sid = "dev:tap-reset-to-target"
+    manager.update(MeltanoState(sid, {"singer_state": {"bookmarks": {"b": 2}}}, {}))
+    manager.update(MeltanoState(sid, {}, {"singer_state": {"bookmarks": {"a": 9}}}))
+    state = manager.get(sid)
+    assert state.partial_state == {}
+    assert state.completed_state == {"singer_state": {"bookmarks": {"a": 9}}}
+
+
+def test_clear_bulk_and_patterns(manager):
+    ids = ["dev:tap_a-to-x", "dev:tapXa-to-x", "dev:tap%b-to-x", "prod:tap-a-to-x", "dev:ünï'\"\\"]
+    written = manager.set_all(MeltanoState(i, {}, {"singer_state": {"id": i}}) for i in ids)
+    assert written == len(ids)
+    assert sorted(manager.get_state_ids()) == sorted(ids)
+    # `_` and `%` are literal in a glob; `?` is one character.
+    assert list(manager.get_state_ids("dev:tap_a-*")) == ["dev:tap_a-to-x"]
+    assert sorted(manager.get_state_ids("dev:tap?a-*")) == ["dev:tapXa-to-x", "dev:tap_a-to-x"]
+    assert sorted(s.state_id for s in manager.get_all("prod:*")) == ["prod:tap-a-to-x"]
+    assert manager.get("dev:ünï'\"\\").completed_state == {"singer_state": {"id": "dev:ünï'\"\\"}}
+    manager.clear("dev:tap%b-to-x")
+    assert "dev:tap%b-to-x" not in manager.get_state_ids()
+    assert manager.clear_all() == len(ids) - 1
+    assert list(manager.get_state_ids()) == []
+
+
+def test_bad_input_is_refused_and_writes_nothing(manager):
+    with pytest.raises(BackendError) as refused:
+        manager.set(MeltanoState("", {}, {"singer_state": {}}))
+    assert refused.value.kind == "invalid-input"
+    assert list(manager.get_state_ids()) == []
+
+
+def _worker(manager_kwargs, *args: str) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    process.stdin.write(json.dumps(manager_kwargs) + "\n")
+    process.stdin.flush()
+    return process
+
+
+def test_locks_exclude_each_other_across_two_meltano_processes(manager_kwargs, manager):
+    sid = "dev:contended"
+    rounds = 12
+    kwargs = {**manager_kwargs, "lock_timeout_seconds": 60, "lock_retry_seconds": 0.05}
+    workers = [_worker(kwargs, "increment", sid, str(rounds)) for _ in range(2)]
+    sections = []
+    for worker in workers:
+        out, _ = worker.communicate(timeout=300)
+        assert worker.returncode == 0
+        sections.append(json.loads(out.strip().splitlines()[-1]))
+    # Lost increments: every read-modify-write happened under the lock, so none is lost.
+    final = manager.get(sid).completed_state["count"]
+    lost = 2 * rounds - final
+    # Overlapping critical sections across the two processes.
+    overlaps = sum(
+        1 for a0, a1 in sections[0] for b0, b1 in sections[1] if a0 < b1 and b0 < a1
+    )
+    print(f"lock across processes: {2 * rounds} sections, {lost} lost, {overlaps} overlapping")
+    assert (lost, overlaps) == (0, 0)
+
+
+def test_the_lock_timeout_gives_meltano_a_locked_error_naming_the_holder(manager_kwargs):
+    sid = "dev:held-elsewhere"
+    holder = _worker(manager_kwargs, "hold", sid)
+    try:
+        # Meltano logs on stdout too; wait for the worker's own line.
+        for line in holder.stdout:
+            if line.strip() == "held":
+                break
+        else:
+            pytest.fail("the holder exited without taking the lock")
+        with make(**{**manager_kwargs, "lock_timeout_seconds": 1}) as waiter:
+            started = time.monotonic()
+            with pytest.raises(StateIDLockedError) as locked:
+                waiter.update(MeltanoState(sid, {}, {"singer_state": {"late": True}}))
+            waited = time.monotonic() - started
+            assert 1.0 <= waited < 10, waited
+            assert "locked by" in str(locked.value)
+            assert locked.value.lock["owner"] in str(locked.value)
+            assert waiter.get(sid) is None, "nothing was written"
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    # Released: the same update goes through.
+    with make(**manager_kwargs) as after:
+        after.update(MeltanoState(sid, {}, {"singer_state": {"late": True}}))
+        assert after.get(sid).completed_state == {"singer_state": {"late": True}}
+
+
+def test_a_writer_whose_lock_was_broken_cannot_overwrite(manager, manager_kwargs):
+    sid = "dev:broken-lock"
+    with manager.acquire_lock(sid, retry_seconds=1):
+        manager.set(MeltanoState(sid, {}, {"singer_state": {"v": 1}}))
+        with make(**manager_kwargs) as operator:
+            assert operator._call("force_unlock", state_id=sid) is True
+            operator.update(MeltanoState(sid, {}, {"singer_state": {"v": 2}}))
+        with pytest.raises(BackendError) as lost:
+            manager.set(MeltanoState(sid, {}, {"singer_state": {"v": "stale"}}))
+        assert lost.value.kind == "lock-lost"
+    assert manager.get(sid).completed_state == {"singer_state": {"v": 2}}
+
+
+def test_a_crashed_host_gives_a_clear_error_and_the_next_call_recovers(manager):
+    manager.set(MeltanoState("dev:crash", {}, {"singer_state": {"v": 1}}))
+    os.kill(manager._bridge.pid, signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(BackendError) as crashed:
+        manager.get("dev:crash")
+    assert time.monotonic() - started < 10
+    assert crashed.value.kind == "host"
+    assert "killed by signal 9" in str(crashed.value)
+    # The next operation starts a new host.
+    assert manager.get("dev:crash").completed_state == {"singer_state": {"v": 1}}
+
+
+def test_a_missing_host_gives_a_clear_error(manager_kwargs, monkeypatch):
+    monkeypatch.setenv("STATE_BACKEND_BIN", "/nonexistent/state-backend")
+    with pytest.raises(BackendError, match="STATE_BACKEND_BIN names /nonexistent/state-backend"):
+        make(**{**manager_kwargs, "table": "other"})
+
+
+def test_a_host_that_cannot_start_says_why(manager_kwargs):
+    manager = make(**{**manager_kwargs, "uri": "clickhouse://default@127.0.0.1:8123/db?secure=maybe"})
+    with pytest.raises(BackendError) as failed:
+        manager.get("x")
+    assert "exited with code 2" in str(failed.value)
+    assert "secure" in str(failed.value)
+
+
+def test_a_wrong_password_is_unauthorized_and_never_shown(manager_kwargs, caplog):
+    secret = "Wr0ng-pässword-7c1e"
+    caplog.set_level(logging.DEBUG)
+    manager = make(**{**manager_kwargs, "password": secret})
+    with pytest.raises(BackendError) as refused:
+        manager.get("x")
+    assert refused.value.kind == "unauthorized"
+    assert secret not in str(refused.value)
+    assert secret not in repr(manager.config)
+    assert secret not in caplog.text
+    assert secret not in manager.label
+
+
+def test_equal_configurations_share_one_host(manager_kwargs):
+    first = make(**manager_kwargs)
+    second = make(**manager_kwargs)
+    assert first._bridge is second._bridge
+    assert Bridge.shared(first.config).pid == first._bridge.pid
+
+
+def test_the_host_is_found_in_order(tmp_path, monkeypatch, host_bin):
+    from meltano_clickhouse_state.bridge import find_executable
+
+    bundled = tmp_path / "bin" / "state-backend"
+    bundled.parent.mkdir()
+    bundled.write_bytes(b"")
+    on_path = tmp_path / "path"
+    on_path.mkdir()
+    (on_path / "state-backend").symlink_to(host_bin)
+    monkeypatch.setenv("PATH", str(on_path))
+    # The variable wins, then the bundled copy, then PATH.
+    monkeypatch.setenv("STATE_BACKEND_BIN", str(host_bin))
+    assert find_executable(tmp_path) == host_bin
+    monkeypatch.delenv("STATE_BACKEND_BIN")
+    assert find_executable(tmp_path) == bundled
+    assert find_executable(tmp_path / "elsewhere") == on_path / "state-backend"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(BackendError, match="neither bundled in this package .* nor on PATH"):
+        find_executable(tmp_path / "elsewhere")

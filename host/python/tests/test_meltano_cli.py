@@ -1,0 +1,111 @@
+"""`meltano state ...` commands of real Meltano, with MELTANO_STATE_BACKEND_URI=clickhouse://...
+
+Each command is checked twice: by what Meltano prints, and by what is in ClickHouse afterwards
+(read over plain HTTP, past the component), so nothing can pass by landing in Meltano's
+system database instead.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("lock_worker.py")
+
+
+def stored(clickhouse, schema: str) -> dict[str, dict]:
+    """Every state in ClickHouse, as {id: {"completed": ..., "partial": ...}}."""
+    rows = clickhouse.query(
+        f"SELECT state_id, partial_state, completed_state FROM {schema}.state FINAL "
+        "WHERE completed_state IS NOT NULL OR partial_state IS NOT NULL "
+        "ORDER BY state_id FORMAT JSONEachRow"
+    )
+    out = {}
+    for line in rows.splitlines():
+        row = json.loads(line)
+        out[row["state_id"]] = {
+            "completed": json.loads(row["completed_state"] or "{}"),
+            "partial": json.loads(row["partial_state"] or "{}"),
+        }
+    return out
+
+
+def last_json(output: str):
+    """Meltano logs on stdout too: the JSON document is the last line."""
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def test_state_commands_go_through_the_component(project, clickhouse, schema):
+    a, b, c = "dev:tap-a-to-target-x", "dev:tap_b-to-target-x", "prod:tap-a-to-target-x"
+    project.meltano("state", "set", "--force", a, '{"singer_state": {"bookmarks": {"s1": 1}}}')
+    project.meltano("state", "set", "--force", b, '{"singer_state": {"bookmarks": {"s9": 9}}}')
+    assert stored(clickhouse, schema)[a] == {
+        "completed": {"singer_state": {"bookmarks": {"s1": 1}}},
+        "partial": {},
+    }
+    assert last_json(project.meltano("state", "get", a).stdout) == {
+        "singer_state": {"bookmarks": {"s1": 1}}
+    }
+
+    # merge: a partial state merged over the stored one
+    project.meltano("state", "merge", a, '{"singer_state": {"bookmarks": {"s2": 2}}}')
+    assert stored(clickhouse, schema)[a]["partial"] == {"singer_state": {"bookmarks": {"s2": 2}}}
+    assert last_json(project.meltano("state", "get", a).stdout) == {
+        "singer_state": {"bookmarks": {"s1": 1, "s2": 2}}
+    }
+
+    # list, with a glob whose `_` is literal
+    listed = project.meltano("state", "list", "--pattern", "dev:tap_*").stdout.split()
+    assert b in listed and a not in listed
+    assert {a, b} <= set(project.meltano("state", "list").stdout.split())
+
+    # copy and move
+    project.meltano("state", "copy", "--force", a, c)
+    assert stored(clickhouse, schema)[c]["completed"] == {
+        "singer_state": {"bookmarks": {"s1": 1, "s2": 2}}
+    }
+    moved = "prod:tap-moved-to-target-x"
+    project.meltano("state", "move", "--force", c, moved)
+    now = stored(clickhouse, schema)
+    assert c not in now and moved in now
+
+    # export, then clear everything, then import it back
+    exported = last_json(project.meltano("state", "export").stdout)
+    assert set(exported) == {a, b, moved}
+    assert exported[a]["partial"] == {"singer_state": {"bookmarks": {"s2": 2}}}
+
+    project.meltano("state", "clear", "--force", b)
+    assert b not in stored(clickhouse, schema)
+    cleared = project.meltano("state", "clear", "--force", "--all")
+    assert "2 state(s) were successfully cleared" in cleared.stdout + cleared.stderr
+    assert stored(clickhouse, schema) == {}
+
+    project.meltano("state", "import", input=json.dumps(exported))
+    assert stored(clickhouse, schema) == exported
+
+
+def test_a_held_lock_makes_meltano_state_set_fail_clearly(project, manager_kwargs):
+    sid = "dev:tap-held-to-target"
+    holder = subprocess.Popen(
+        [sys.executable, str(WORKER), "hold", sid],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    holder.stdin.write(json.dumps(manager_kwargs) + "\n")
+    holder.stdin.flush()
+    try:
+        assert any(line.strip() == "held" for line in holder.stdout)
+        project.env["MELTANO_STATE_BACKEND_LOCK_TIMEOUT_SECONDS"] = "1"
+        refused = project.meltano(
+            "state", "set", "--force", sid, '{"singer_state": {}}', check=False
+        )
+        assert refused.returncode != 0
+        assert "locked" in (refused.stdout + refused.stderr).lower()
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    project.meltano("state", "set", "--force", sid, '{"singer_state": {"after": 1}}')
+    assert last_json(project.meltano("state", "get", sid).stdout) == {"singer_state": {"after": 1}}
