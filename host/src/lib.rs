@@ -18,6 +18,7 @@ pub mod clock;
 pub mod egress;
 mod error;
 pub mod faults;
+pub mod pool;
 mod runtime;
 mod sender;
 pub mod settings;

@@ -19,6 +19,7 @@ use crate::egress::{
     AddressAllowance, Authority, EgressPolicy, Interceptor, OutgoingHook, TimeoutLimits,
 };
 use crate::error::{Error, Result};
+use crate::pool::PoolLimits;
 use crate::sender::Sender;
 use crate::settings::Settings;
 use crate::state::{HostState, Limits};
@@ -49,6 +50,9 @@ pub struct RuntimeOptions {
     /// Pre-allocate slots for this many live instances (wasmtime's pooling allocator): faster
     /// instantiation for runners that make many short-lived instances. On-demand by default.
     pub pooled_instances: Option<u32>,
+    /// Keep-alive connections per instance and destination (see [`PoolLimits`]); on by
+    /// default, `PoolLimits::off()` opens a connection per request.
+    pub keep_alive: PoolLimits,
 }
 
 impl Default for RuntimeOptions {
@@ -61,6 +65,7 @@ impl Default for RuntimeOptions {
             memory_limit_bytes: 128 << 20,
             call_deadline: None,
             pooled_instances: None,
+            keep_alive: PoolLimits::default(),
         }
     }
 }
@@ -254,7 +259,7 @@ impl Runtime {
         let clock = Arc::clone(&self.options.clock);
         let hook = OutgoingHook::new(
             egress,
-            self.sender.clone(),
+            self.sender.for_instance(self.options.keep_alive),
             Arc::clone(&clock),
             options.interceptor,
         );

@@ -3,7 +3,8 @@
 //! wasmtime-wasi-http's `default_send_request` trusts only its compiled-in web roots, so it
 //! cannot reach a server with a private CA or present a client certificate. This sender does the
 //! same job with a rustls configuration of ours (see `tls`), and honours the (clamped) connect,
-//! first-byte and between-bytes timeouts.
+//! first-byte and between-bytes timeouts. Connections are kept alive and reused through a pool
+//! of the instance's own (see `pool`).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -22,6 +23,7 @@ use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
 use crate::egress::AddressAllowance;
+use crate::pool::{Connection, Destination, Pool, PoolLimits};
 
 /// A response and the future that reports the connection's own failures.
 pub type Sent = (
@@ -29,15 +31,35 @@ pub type Sent = (
     Box<dyn Future<Output = Result<(), HttpError>> + Send>,
 );
 
-/// Sends requests with one TLS configuration. Cheap to clone.
+/// Sends requests with one TLS configuration, reusing keep-alive connections from its pool.
+/// Clones share the pool; [`Sender::for_instance`] makes one with a pool of its own.
 #[derive(Clone)]
 pub struct Sender {
     tls: Arc<ClientConfig>,
+    pool: Arc<Pool>,
 }
 
 impl Sender {
+    /// A sender without keep-alive (a connection per request).
     pub fn new(tls: Arc<ClientConfig>) -> Self {
-        Sender { tls }
+        Sender {
+            tls,
+            pool: Pool::new(PoolLimits::off()),
+        }
+    }
+
+    /// A sender with the same TLS configuration and a pool of its own: one per instance, so
+    /// that no connection is shared between tenants.
+    pub fn for_instance(&self, limits: PoolLimits) -> Self {
+        Sender {
+            tls: Arc::clone(&self.tls),
+            pool: Pool::new(limits),
+        }
+    }
+
+    /// Idle keep-alive connections held (for tests and benchmarks).
+    pub fn idle_connections(&self) -> usize {
+        self.pool.idle_count()
     }
 
     pub async fn send(
@@ -64,17 +86,53 @@ impl Sender {
             .unwrap_or(Duration::from_secs(30))
             .max(Duration::from_millis(1));
 
-        let tcp = tokio::time::timeout(connect_timeout, connect(&host, port, addresses))
-            .await
-            .map_err(|_| HttpError::ConnectionTimeout)??;
-        // Small requests and responses: do not wait to coalesce.
-        tcp.set_nodelay(true).ok();
-
         // HTTP/1.1 sends the origin form (path and query); scheme and authority are for proxies.
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         *request.uri_mut() =
             http::Uri::try_from(path).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        let destination = Destination {
+            https,
+            host: host.clone(),
+            port,
+        };
 
+        while let Some(mut connection) = self.pool.take(&destination) {
+            // The address allowance is checked again on every reuse, not only at connect time.
+            if addresses.check(connection.peer).is_err() {
+                continue;
+            }
+            let sent = tokio::time::timeout(
+                first_byte_timeout,
+                connection.sender.try_send_request(request),
+            )
+            .await
+            .map_err(|_| HttpError::ConnectionReadTimeout)?;
+            match sent {
+                Ok(response) => {
+                    self.pool.recycle(destination, connection);
+                    let done: Box<dyn Future<Output = _> + Send> = Box::new(async { Ok(()) });
+                    return Ok((timed(response, between_bytes), done));
+                }
+                // Closed before the request went out (the server ended the keep-alive): the
+                // request is intact, so another connection may carry it.
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => return Err(HttpError::Hyper(error.into_error())),
+                },
+            }
+        }
+
+        let tcp = tokio::time::timeout(connect_timeout, connect(&host, port, addresses))
+            .await
+            .map_err(|_| HttpError::ConnectionTimeout)??;
+        let peer = tcp.peer_addr().map_err(HttpError::Connect)?.ip();
+        // Small requests and responses: do not wait to coalesce.
+        tcp.set_nodelay(true).ok();
+        let timeouts = Timeouts {
+            connect: connect_timeout,
+            first_byte: first_byte_timeout,
+            between_bytes,
+        };
         if https {
             let name = ServerName::try_from(host.clone()).map_err(|_| {
                 HttpError::InternalError(Some(format!("'{host}' is not a valid TLS server name")))
@@ -84,68 +142,78 @@ impl Sender {
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout)?
                 .map_err(HttpError::Tls)?;
-            exchange(
-                tls,
-                request,
-                connect_timeout,
-                first_byte_timeout,
-                between_bytes,
-            )
-            .await
+            self.exchange(tls, request, timeouts, destination, peer)
+                .await
         } else {
-            exchange(
-                tcp,
-                request,
-                connect_timeout,
-                first_byte_timeout,
-                between_bytes,
-            )
-            .await
+            self.exchange(tcp, request, timeouts, destination, peer)
+                .await
         }
+    }
+
+    /// Opens HTTP/1.1 on a new connection and sends `request`; the connection goes to the pool
+    /// afterwards when keep-alive is on.
+    async fn exchange<S>(
+        &self,
+        stream: S,
+        request: http::Request<WasiBody>,
+        timeouts: Timeouts,
+        destination: Destination,
+        peer: std::net::IpAddr,
+    ) -> Result<Sent, HttpError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let (mut sender, connection) = tokio::time::timeout(
+            timeouts.connect,
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+        )
+        .await
+        .map_err(|_| HttpError::ConnectionTimeout)?
+        .map_err(HttpError::Hyper)?;
+        // The connection is driven by its own task until it closes: after this response when
+        // it is not pooled, or when the pool lets it go.
+        let driver = tokio::spawn(connection);
+        let response = tokio::time::timeout(timeouts.first_byte, sender.send_request(request))
+            .await
+            .map_err(|_| HttpError::ConnectionReadTimeout)?
+            .map_err(HttpError::Hyper)?;
+        let response = timed(response, timeouts.between_bytes);
+        if self.pool.enabled() {
+            self.pool.recycle(destination, Connection { sender, peer });
+            return Ok((response, Box::new(async { Ok(()) })));
+        }
+        let io = async move {
+            match driver.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(HttpError::Hyper(e)),
+                Err(e) => Err(HttpError::InternalError(Some(format!(
+                    "the connection task failed: {e}"
+                )))),
+            }
+        };
+        Ok((response, Box::new(io)))
     }
 }
 
-async fn exchange<S>(
-    stream: S,
-    request: http::Request<WasiBody>,
-    connect_timeout: Duration,
-    first_byte_timeout: Duration,
+#[derive(Clone, Copy)]
+struct Timeouts {
+    connect: Duration,
+    first_byte: Duration,
     between_bytes: Duration,
-) -> Result<Sent, HttpError>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let (mut sender, connection) = tokio::time::timeout(
-        connect_timeout,
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
-    )
-    .await
-    .map_err(|_| HttpError::ConnectionTimeout)?
-    .map_err(HttpError::Hyper)?;
-    // The connection is driven by its own task until the response body is read or dropped.
-    let driver = tokio::spawn(connection);
-    let response = tokio::time::timeout(first_byte_timeout, sender.send_request(request))
-        .await
-        .map_err(|_| HttpError::ConnectionReadTimeout)?
-        .map_err(HttpError::Hyper)?;
-    let response = response.map(|incoming| {
+}
+
+fn timed(
+    response: http::Response<hyper::body::Incoming>,
+    between_bytes: Duration,
+) -> http::Response<WasiBody> {
+    response.map(|incoming| {
         TimedBody {
             inner: incoming,
             between_bytes,
             deadline: Box::pin(tokio::time::sleep(between_bytes)),
         }
         .boxed_unsync()
-    });
-    let io = async move {
-        match driver.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(HttpError::Hyper(e)),
-            Err(e) => Err(HttpError::InternalError(Some(format!(
-                "the connection task failed: {e}"
-            )))),
-        }
-    };
-    Ok((response, Box::new(io)))
+    })
 }
 
 /// Resolves `host`, drops the addresses the policy refuses, and connects to the first that

@@ -134,6 +134,7 @@ impl Drop for Pki {
 pub struct TlsProxy {
     pub addr: SocketAddr,
     task: JoinHandle<()>,
+    handshakes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TlsProxy {
@@ -141,15 +142,19 @@ impl TlsProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&handshakes);
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
                 let upstream = upstream.clone();
+                let counted = Arc::clone(&counted);
                 tokio::spawn(async move {
                     // A failed handshake is what several tests are about: just close.
                     let Ok(mut tls) = acceptor.accept(client).await else {
                         return;
                     };
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let Ok(tcp) = TcpStream::connect((upstream.host.as_str(), upstream.port)).await
                     else {
                         return;
@@ -178,11 +183,20 @@ impl TlsProxy {
                 });
             }
         });
-        TlsProxy { addr, task }
+        TlsProxy {
+            addr,
+            task,
+            handshakes,
+        }
     }
 
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// TLS handshakes completed so far.
+    pub fn handshakes(&self) -> usize {
+        self.handshakes.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -217,3 +217,42 @@ async fn bad_tls_files_are_invalid_config() {
     );
     assert!(matches!(result, Err(Error::InvalidConfig(m)) if m.contains("/nonexistent/ca.pem")));
 }
+
+/// Keep-alive: an instance's requests share one TLS connection instead of a handshake each;
+/// with keep-alive off, every request pays a handshake. Either way each request still goes
+/// through the egress policy (a denied authority stays denied after connections are pooled).
+#[tokio::test]
+async fn keep_alive_saves_a_handshake_per_request() {
+    use integration_tests::state_host::pool::PoolLimits;
+    let pki = Pki::new("keepalive");
+    let server = pki.server("server", &["localhost"], false);
+    let table = TestTable::new("tls_keepalive");
+    let proxy = TlsProxy::start(pki.server_config(&server, false), table.target.clone()).await;
+    let uri = secure_uri(&table.target, "localhost", proxy.port());
+    let mut handshakes = Vec::new();
+    for keep_alive in [PoolLimits::default(), PoolLimits::off()] {
+        let runtime = Runtime::load(
+            &default_component_path(),
+            RuntimeOptions {
+                tls: trusting(&pki),
+                keep_alive,
+                ..integration_tests::runtime_options()
+            },
+        )
+        .expect("component loads");
+        let mut b = runtime.open(&uri, settings(&table)).await.expect("opens");
+        b.set(&State::completed("k", r#"{"n":0}"#))
+            .await
+            .expect("set");
+        let before = proxy.handshakes();
+        for _ in 0..20 {
+            assert!(b.get("k").await.expect("get").is_some());
+        }
+        handshakes.push(proxy.handshakes() - before);
+    }
+    assert!(handshakes[0] <= 1, "pooled: {handshakes:?}");
+    assert_eq!(
+        handshakes[1], 20,
+        "a connection per request: {handshakes:?}"
+    );
+}
