@@ -51,6 +51,7 @@ demo: build
     if ! {{python}} tests/clickhouse/ctl.py status --port {{clickhouse_port}} >/dev/null; then
         {{just_executable()}} clickhouse-start
     fi
+    export MELTANO_STATE_BACKEND_URI="${CLICKHOUSE_URL%/}/default"
     cli() { echo "\$ state-backend $*" >&2; target/debug/state-backend --allow-loopback -s schema=demo "$@"; }
     id='dev:tap-github-to-target-postgres'
     cli clear --all
@@ -59,15 +60,18 @@ demo: build
     cli get "$id"
     cli set 'prod:tap-github-to-target-postgres' '{"singer_state": {}}'
     cli list --pattern 'dev:*'
-    echo "# two processes contend for one lock: the first holds it 3 s, the second gives up after 1 s" >&2
+    echo "# two processes contend for one lock: the first holds it, the second gives up after 1 s" >&2
     mkdir -p .local && : > .local/demo-lock.log
-    cli lock "$id" --hold 3 2> >(tee .local/demo-lock.log >&2) &
+    echo "\$ state-backend lock $id --hold 60 &" >&2
+    target/debug/state-backend --allow-loopback -s schema=demo lock "$id" --hold 60 2> >(tee .local/demo-lock.log >&2) &
     holder=$!
     until grep -q '^locked' .local/demo-lock.log; do sleep 0.1; done
     cli lock-info "$id"
     if cli -s lock_timeout_seconds=1 merge "$id" '{"singer_state": {"late": true}}'; then
         echo "unexpected: the second process got the lock" >&2; exit 1
     fi
+    echo "# Ctrl-C (SIGINT) makes the holder release the lock" >&2
+    kill -INT "$holder"
     wait "$holder"
     echo "# the holder released it; now the merge goes through" >&2
     cli merge "$id" '{"singer_state": {"late": true}}'
@@ -91,6 +95,7 @@ test: guest
     {{just_executable()}} test-clickhouse
     cargo test --workspace
     {{python}} -m pytest -q host/python/tests
+    BENCH_QUICK=1 cargo bench --profile dev -p integration-tests --bench report
 
 # Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`)
 test-meltano: guest
@@ -108,9 +113,15 @@ meltano-install venv: guest
     rm -rf {{bundle}} host/python/build
     @echo "installed into {{venv}}: set MELTANO_STATE_BACKEND_URI=clickhouse://user:password@host:port/database"
 
-# Lock benchmark: fenced vs settle latency, round trips, throughput (prints a table)
-bench-lock: guest clickhouse-start
-    cargo bench -p integration-tests --bench lock
+# The benchmark report: overhead vs raw HTTP, scale, lock, component, keep-alive; writes
+# tests/benches/results/report.md and latency.svg (a few minutes; release build)
+bench: guest clickhouse-start
+    cargo bench -p integration-tests --bench report
+
+# The same report with small counts and a debug build, into target/bench/ (`just test` runs
+# it, so it cannot rot; its numbers are not the report's)
+bench-quick: guest clickhouse-start
+    BENCH_QUICK=1 cargo bench --profile dev -p integration-tests --bench report
 
 # Meltano benchmark: one update through Meltano and the bridge vs the host library directly
 bench-meltano: guest clickhouse-start

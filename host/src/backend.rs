@@ -115,6 +115,11 @@ impl Backend {
         })
     }
 
+    /// The instance's linear memory, in bytes: the most it ever needed, as memory only grows.
+    pub fn peak_memory_bytes(&self) -> usize {
+        self.store.data().limits.peak_memory_bytes
+    }
+
     pub async fn get(&mut self, state_id: &str) -> Result<Option<State>> {
         Ok(call!(self.call_get(state_id))?.map(State::from))
     }

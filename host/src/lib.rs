@@ -20,7 +20,7 @@ mod error;
 pub mod faults;
 pub mod pool;
 mod runtime;
-mod sender;
+pub mod sender;
 pub mod settings;
 mod state;
 pub mod tls;

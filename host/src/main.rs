@@ -129,10 +129,11 @@ enum Command {
         /// The file to read [default: stdin]
         file: Option<PathBuf>,
     },
-    /// Take the lock of an id, hold it, release it (for scripts and demos)
+    /// Take the lock of an id, hold it, release it (for scripts and demos); Ctrl-C (SIGINT)
+    /// releases it early
     Lock {
         state_id: String,
-        /// How long to hold it, in seconds
+        /// How long to hold it at most, in seconds
         #[arg(long, default_value = "0")]
         hold: f64,
     },
@@ -393,10 +394,15 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
             }
             let lock = backend.acquire_lock(&state_id).await?;
             let token = lock.token;
-            eprintln!("locked {state_id:?}; holding for {hold} s");
-            tokio::time::sleep(Duration::from_secs_f64(hold)).await;
+            let started = std::time::Instant::now();
+            eprintln!("locked {state_id:?}; holding for {hold} s (Ctrl-C releases it now)");
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs_f64(hold)) => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
             backend.release(lock).await?;
-            Ok(json!({"state_id": state_id, "token": token, "held_seconds": hold}))
+            let held = (started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+            Ok(json!({"state_id": state_id, "token": token, "held_seconds": held}))
         }
         Command::LockInfo { state_id } => Ok(match backend.lock_info(&state_id).await? {
             None => json!({"state_id": state_id, "locked": false}),

@@ -28,6 +28,8 @@ pub struct HostState {
 /// Per-instance limits and what the instance ran into, so a trap can say why it happened.
 pub(crate) struct Limits {
     memory_bytes: usize,
+    /// The largest linear memory the instance grew to (memory never shrinks).
+    pub(crate) peak_memory_bytes: usize,
     /// How long one call may run, waits included.
     pub(crate) call_deadline: Duration,
     pub(crate) call_started: Option<Instant>,
@@ -43,6 +45,7 @@ impl Limits {
     pub(crate) fn new(memory_bytes: usize, call_deadline: Duration) -> Self {
         Limits {
             memory_bytes,
+            peak_memory_bytes: 0,
             call_deadline,
             call_started: None,
             deadline_hit: false,
@@ -79,7 +82,9 @@ impl wasmtime::ResourceLimiter for Limits {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let allowed = desired <= self.memory_bytes;
-        if !allowed {
+        if allowed {
+            self.peak_memory_bytes = self.peak_memory_bytes.max(desired);
+        } else {
             self.memory_denied = true;
         }
         Ok(allowed)

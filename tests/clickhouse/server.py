@@ -326,6 +326,9 @@ def read_chunked(rfile) -> bytes:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "ClickHouse"
+    # Headers and body go out in separate writes; with Nagle's algorithm on, a kept-alive
+    # connection would hold the body until the client's delayed ACK (about 40 ms).
+    disable_nagle_algorithm = True
     # Idle keep-alive connections are closed after this many seconds, as a server does.
     timeout = 30
 

@@ -150,6 +150,8 @@ impl TlsProxy {
                 let upstream = upstream.clone();
                 let counted = Arc::clone(&counted);
                 tokio::spawn(async move {
+                    // Small requests and answers: no Nagle delays on either leg.
+                    client.set_nodelay(true).ok();
                     // A failed handshake is what several tests are about: just close.
                     let Ok(mut tls) = acceptor.accept(client).await else {
                         return;
@@ -159,6 +161,7 @@ impl TlsProxy {
                     else {
                         return;
                     };
+                    tcp.set_nodelay(true).ok();
                     if upstream.secure {
                         let mut roots = RootCertStore::empty();
                         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());

@@ -117,9 +117,15 @@ impl Holder {
         holder
     }
 
-    /// Waits for the holder to end; returns whether it succeeded and all it wrote on stderr.
-    fn finish(self) -> (bool, String) {
+    /// Tells the holder to release now (SIGINT, as Ctrl-C) and waits for it to end; returns
+    /// whether it succeeded and all it wrote on stderr.
+    fn release(self) -> (bool, String) {
         let Holder { mut child, stderr } = self;
+        let signalled = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("runs kill");
+        assert!(signalled.success());
         let ok = child.wait().expect("waits").success();
         (ok, stderr.join().unwrap_or_default())
     }
@@ -378,7 +384,8 @@ fn two_processes_contend_for_one_lock() {
     let cli = Cli::new("cli_lock");
     cli.ok(&["migrate"]);
     let mut command = cli.command();
-    command.args(["lock", "shared", "--hold", "4"]);
+    // Held until told to release (SIGINT), however slow the processes below are to start.
+    command.args(["lock", "shared", "--hold", "300"]);
     let holder = Holder::spawn(command);
     let waiter = cli
         .command()
@@ -404,7 +411,7 @@ fn two_processes_contend_for_one_lock() {
         &stderr(&waiter),
         info["owner"].as_str().unwrap()
     ));
-    let (held_ok, held_err) = holder.finish();
+    let (held_ok, held_err) = holder.release();
     assert!(held_ok, "holder failed: {held_err}");
     assert_eq!(cli.ok(&["lock-info", "shared"])["locked"], false);
     // Once released, the same merge goes through.

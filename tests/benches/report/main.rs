@@ -1,0 +1,626 @@
+//! The benchmark report (not a test): what users pay for, measured in one run on the ClickHouse
+//! at $CLICKHOUSE_URL (default: the local one), printed as ratios because this machine is
+//! shared and absolute times drift.
+//!
+//!   just bench          full run; writes tests/benches/results/{report.md,latency.svg}
+//!   just bench-quick    the same sections with small counts (CI runs it); writes target/bench/
+//!
+//! Sections: per-operation overhead (component vs the same SQL over the same HTTP stack without
+//! it), scale (1k/10k/100k states), the lock (fenced vs settle, throughput), the component
+//! (size, compile vs .cwasm, instantiation) and connection reuse (keep-alive vs a connection
+//! per request, over http and https).
+
+mod native;
+mod plot;
+mod stats;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use integration_tests::state_host::egress::Interceptor;
+use integration_tests::state_host::pool::PoolLimits;
+use integration_tests::state_host::tls::TlsOptions;
+use integration_tests::state_host::{
+    Backend, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
+};
+use integration_tests::tls::{Pki, TlsProxy};
+use integration_tests::{TestTable, runtime, runtime_options};
+use native::NativeStore;
+use stats::Samples;
+
+/// How much to measure.
+struct Mode {
+    name: &'static str,
+    per_op: usize,
+    scale: &'static [usize],
+    fenced: usize,
+    settle: usize,
+    writers: &'static [usize],
+    per_writer: usize,
+    instances: usize,
+    gets: usize,
+    out: PathBuf,
+}
+
+fn mode() -> Mode {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if std::env::var_os("BENCH_QUICK").is_some() {
+        Mode {
+            name: "quick",
+            per_op: 15,
+            scale: &[1_000],
+            fenced: 10,
+            settle: 2,
+            writers: &[1, 4],
+            per_writer: 3,
+            instances: 20,
+            gets: 15,
+            out: root.join("target").join("bench"),
+        }
+    } else {
+        Mode {
+            name: "full",
+            per_op: 300,
+            scale: &[1_000, 10_000, 100_000],
+            fenced: 100,
+            settle: 10,
+            writers: &[1, 4, 16],
+            per_writer: 10,
+            instances: 300,
+            gets: 200,
+            out: root.join("tests").join("benches").join("results"),
+        }
+    }
+}
+
+fn bookmark(i: usize) -> String {
+    format!(
+        r#"{{"singer_state":{{"bookmarks":{{"stream_{:02}":{{"replication_key":"updated_at","replication_key_value":"2026-11-29T10:{:02}:{:02}Z"}}}}}}}}"#,
+        i % 17,
+        i / 60 % 60,
+        i % 60
+    )
+}
+
+fn guest_state(id: &str, partial: String, completed: String) -> clickhouse_state::store::State {
+    clickhouse_state::store::State {
+        state_id: id.into(),
+        partial,
+        completed,
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+    format!("{cpu}, {cores} cores, {memory_gib:.0} GiB")
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Counts the requests an instance sends (round trips per operation).
+struct Counter(AtomicUsize);
+
+impl Interceptor for Counter {
+    fn before_send(&self, _: &http::Method, _: &http::Uri) -> Option<Duration> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        None
+    }
+}
+
+struct Bench {
+    tokio: tokio::runtime::Runtime,
+    mode: Mode,
+    md: String,
+}
+
+impl Bench {
+    fn open(&self, table: &TestTable, extra: &[(&str, &str)]) -> Backend {
+        self.tokio
+            .block_on(runtime().open(&table.target.uri(), table.with(extra)))
+            .expect("opens the component")
+    }
+
+    fn native(&self, table: &TestTable) -> (NativeStore, std::rc::Rc<std::cell::Cell<u64>>) {
+        native::open(
+            &table.target.uri(),
+            &table.settings(),
+            self.tokio.handle().clone(),
+            PoolLimits::default(),
+            &TlsOptions::default(),
+        )
+    }
+
+    /// 1. Each operation through the component and natively, interleaved.
+    fn per_operation(&mut self) -> Vec<(&'static str, Samples, Samples)> {
+        let table = TestTable::new("bench_ops");
+        let mut backend = self.open(&table, &[]);
+        let (native, _) = self.native(&table);
+        let states: Vec<State> = (0..100)
+            .map(|i| State::completed(format!("bench:{i:03}"), bookmark(i)))
+            .collect();
+        self.tokio
+            .block_on(backend.set_all(&states))
+            .expect("set-all");
+        let mut results: Vec<(&'static str, Samples, Samples)> =
+            ["get", "set", "update", "state-ids", "get-all"]
+                .into_iter()
+                .map(|op| (op, Samples::default(), Samples::default()))
+                .collect();
+        let warm_up = 5;
+        for i in 0..self.mode.per_op + warm_up {
+            for (op, component, raw) in results.iter_mut() {
+                let mut c = Samples::default();
+                let mut r = Samples::default();
+                // Alternate which path goes first, so neither always follows the other.
+                for first in [i % 2 == 0, i % 2 != 0] {
+                    if first {
+                        c.time(|| self.tokio.block_on(component_op(&mut backend, op, i)));
+                    } else {
+                        r.time(|| native_op(&native, op, i));
+                    }
+                }
+                if i >= warm_up {
+                    component.push(c.p50());
+                    raw.push(r.p50());
+                }
+            }
+        }
+        let _ = writeln!(
+            self.md,
+            "\n## 1. Per-operation overhead\n\n{} calls of each, interleaved, on a table of about 100 \
+             states. *Raw*: the same statements, built by the guest's code compiled natively, \
+             sent by the host's HTTP sender (same keep-alive pool) from the host process. Goal: \
+             component / raw <= 1.2.\n\n| operation | component p50 ms | raw p50 ms | ratio p50 | \
+             component p99 ms | raw p99 ms | ratio p99 |\n|---|---:|---:|---:|---:|---:|---:|",
+            self.mode.per_op
+        );
+        for (op, component, raw) in &results {
+            let _ = writeln!(
+                self.md,
+                "| {op} | {:.2} | {:.2} | **{:.2}** | {:.2} | {:.2} | {:.2} |",
+                component.p50(),
+                raw.p50(),
+                component.p50() / raw.p50(),
+                component.p99(),
+                raw.p99(),
+                component.p99() / raw.p99()
+            );
+        }
+        results
+    }
+
+    /// 2. state-ids and get-all over 1k, 10k, 100k states; set-all of all of them in one call.
+    fn scale(&mut self) {
+        let _ = writeln!(
+            self.md,
+            "\n## 2. Scale\n\nEach size in a table of its own; each measurement in a fresh \
+             instance, so *memory* is that instance's peak linear memory. *Bytes*: the HTTP \
+             response body. Times are medians of 3.\n\n| states | set-all, one call | \
+             state-ids: component / raw | memory | bytes | get-all: component / raw | memory \
+             | bytes |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        let mut previous: Option<(usize, f64, f64)> = None;
+        let mut growth = Vec::new();
+        for &n in self.mode.scale {
+            let table = TestTable::new(&format!("bench_scale_{n}"));
+            let states: Vec<State> = (0..n)
+                .map(|i| State::completed(format!("dev:tap-{i:06}-to-target"), bookmark(i)))
+                .collect();
+            let mut writer = self.open(&table, &[]);
+            let started = Instant::now();
+            let written = self
+                .tokio
+                .block_on(writer.set_all(&states))
+                .expect("set-all");
+            let set_all_ms = started.elapsed().as_secs_f64() * 1000.0;
+            assert_eq!(written, n as u64);
+            let set_all_memory = writer.peak_memory_bytes();
+            let (native, bytes_in) = self.native(&table);
+            let measure = |get_all: bool| {
+                let mut backend = self.open(&table, &[]);
+                let (mut component, mut raw) = (Samples::default(), Samples::default());
+                let before = bytes_in.get();
+                for _ in 0..3 {
+                    let count = component.time(|| {
+                        self.tokio.block_on(async {
+                            if get_all {
+                                backend.get_all(None).await.map(|v| v.len())
+                            } else {
+                                backend.state_ids(None).await.map(|v| v.len())
+                            }
+                        })
+                    });
+                    assert_eq!(count.expect("lists"), n);
+                    let count = raw.time(|| {
+                        if get_all {
+                            native.get_all(None).map(|v| v.len())
+                        } else {
+                            native.state_ids(None).map(|v| v.len())
+                        }
+                    });
+                    assert_eq!(count.expect("lists natively"), n);
+                }
+                let bytes = (bytes_in.get() - before) / 3;
+                (component, raw, backend.peak_memory_bytes(), bytes)
+            };
+            let (ids_c, ids_r, ids_mem, ids_bytes) = measure(false);
+            let (all_c, all_r, all_mem, all_bytes) = measure(true);
+            let _ = writeln!(
+                self.md,
+                "| {n} | {:.0} ms ({:.1} MiB) | {:.1} / {:.1} ms | {:.1} MiB | {:.2} MB | {:.1} / {:.1} ms | {:.1} MiB | {:.2} MB |",
+                set_all_ms,
+                mib(set_all_memory),
+                ids_c.p50(),
+                ids_r.p50(),
+                mib(ids_mem),
+                ids_bytes as f64 / 1e6,
+                all_c.p50(),
+                all_r.p50(),
+                mib(all_mem),
+                all_bytes as f64 / 1e6
+            );
+            if let Some((m, ids, all)) = previous {
+                growth.push(format!(
+                    "{m} -> {n} states ({}x): state-ids {:.1}x, get-all {:.1}x",
+                    n / m,
+                    ids_c.p50() / ids,
+                    all_c.p50() / all
+                ));
+            }
+            previous = Some((n, ids_c.p50(), all_c.p50()));
+        }
+        if !growth.is_empty() {
+            let _ = writeln!(
+                self.md,
+                "\nGrowth of the component's time (linear is the size factor): {}.",
+                growth.join("; ")
+            );
+        }
+    }
+
+    /// 3. Uncontended update, fenced vs settle; throughput with several writers.
+    fn lock(&mut self) -> (Samples, Samples) {
+        let table = TestTable::new("bench_lock");
+        let timed = |mode: &str, n: usize| {
+            let counter = Arc::new(Counter(AtomicUsize::new(0)));
+            let options = InstanceOptions {
+                label: format!("bench-{mode}"),
+                interceptor: Some(counter.clone()),
+                ..InstanceOptions::default()
+            };
+            let mut backend = self
+                .tokio
+                .block_on(runtime().open_with(
+                    &table.target.uri(),
+                    table.with(&[("lock_mode", mode)]),
+                    options,
+                ))
+                .expect("opens");
+            let id = format!("bench:{mode}");
+            self.tokio
+                .block_on(backend.update(&State::partial(&id, bookmark(0))))
+                .expect("warm-up");
+            counter.0.store(0, Ordering::SeqCst);
+            let mut samples = Samples::default();
+            for i in 0..n {
+                samples
+                    .time(|| {
+                        self.tokio
+                            .block_on(backend.update(&State::partial(&id, bookmark(i))))
+                    })
+                    .expect("update");
+            }
+            let trips = counter.0.load(Ordering::SeqCst) as f64 / n as f64;
+            (samples, trips)
+        };
+        let (fenced, fenced_trips) = timed("fenced", self.mode.fenced);
+        let (settle, settle_trips) = timed("settle", self.mode.settle);
+        let _ = writeln!(
+            self.md,
+            "\n## 3. The lock\n\nUncontended `update` (lock, read, write, release) of one id.\n\n\
+             | lock mode | updates | p50 ms | p99 ms | round trips |\n|---|---:|---:|---:|---:|\n\
+             | fenced (default) | {} | {:.1} | {:.1} | {:.1} |\n| settle (1.0 s) | {} | {:.1} | {:.1} | {:.1} |\n\n\
+             settle / fenced at p50: **{:.0}x**.\n\n| writers | updates/s, one id | updates/s, an id each |\n|---:|---:|---:|",
+            fenced.len(),
+            fenced.p50(),
+            fenced.p99(),
+            fenced_trips,
+            settle.len(),
+            settle.p50(),
+            settle.p99(),
+            settle_trips,
+            settle.p50() / fenced.p50()
+        );
+        for &writers in self.mode.writers {
+            let shared = self.throughput(&table, writers, true);
+            let distinct = self.throughput(&table, writers, false);
+            let _ = writeln!(self.md, "| {writers} | {shared:.1} | {distinct:.1} |");
+        }
+        (fenced, settle)
+    }
+
+    fn throughput(&self, table: &Arc<TestTable>, writers: usize, one_id: bool) -> f64 {
+        let per_writer = self.mode.per_writer;
+        self.tokio.block_on(async {
+            let mut backends = Vec::new();
+            for _ in 0..writers {
+                backends.push(
+                    runtime()
+                        .open(
+                            &table.target.uri(),
+                            table.with(&[
+                                ("lock_retry_seconds", "0.05"),
+                                ("lock_timeout_seconds", "600"),
+                            ]),
+                        )
+                        .await
+                        .expect("opens"),
+                );
+            }
+            let started = Instant::now();
+            let tasks: Vec<_> = backends
+                .into_iter()
+                .enumerate()
+                .map(|(w, mut backend)| {
+                    let id = if one_id {
+                        format!("bench:shared:{writers}")
+                    } else {
+                        format!("bench:own:{writers}:{w}")
+                    };
+                    tokio::spawn(async move {
+                        for i in 0..per_writer {
+                            backend
+                                .update(&State::partial(&id, bookmark(w * 1000 + i)))
+                                .await
+                                .expect("update");
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("writer");
+            }
+            (writers * per_writer) as f64 / started.elapsed().as_secs_f64()
+        })
+    }
+
+    /// 4. The component: size, compile vs precompiled load, instantiation.
+    fn component(&mut self) {
+        let path = default_component_path();
+        let wasm = std::fs::read(&path).expect("the built component (just guest)");
+        let started = Instant::now();
+        let compiled = Runtime::from_bytes(&wasm, runtime_options()).expect("compiles");
+        let compile = started.elapsed();
+        drop(compiled);
+        let native = Runtime::precompile(&wasm).expect("precompiles");
+        let started = Instant::now();
+        let loaded = Runtime::from_bytes(&native, runtime_options()).expect("loads");
+        let load = started.elapsed();
+        let mut instantiate = Samples::default();
+        for _ in 0..self.mode.instances {
+            let backend = instantiate.time(|| {
+                self.tokio
+                    .block_on(loaded.open("clickhouse://default:@127.0.0.1:8123/default", vec![]))
+                    .expect("opens")
+            });
+            self.tokio.block_on(backend.close()).expect("closes");
+        }
+        let _ = writeln!(
+            self.md,
+            "\n## 4. The component\n\n| measure | value | goal |\n|---|---:|---:|\n\
+             | `clickhouse_state.wasm` (release) | {:.0} KB | <= 400 KB |\n\
+             | compile `.wasm` vs load `.cwasm` ({:.0} KB) | {:.0} ms vs {:.1} ms ({:.0}x) | |\n\
+             | instantiate + open, p50 / p99 ({} instances) | {:.0} / {:.0} µs | |",
+            wasm.len() as f64 / 1000.0,
+            native.len() as f64 / 1000.0,
+            compile.as_secs_f64() * 1000.0,
+            load.as_secs_f64() * 1000.0,
+            compile.as_secs_f64() / load.as_secs_f64(),
+            self.mode.instances,
+            instantiate.p50() * 1000.0,
+            instantiate.p99() * 1000.0
+        );
+    }
+
+    /// 6. `get` with keep-alive vs a new connection per request, over http and https.
+    fn keep_alive(&mut self) {
+        let table = TestTable::new("bench_keepalive");
+        let pki = Pki::new("bench");
+        let server = pki.server("server", &["localhost"], false);
+        let proxy = self.tokio.block_on(TlsProxy::start(
+            pki.server_config(&server, false),
+            table.target.clone(),
+        ));
+        let target = &table.target;
+        let plain = target.uri();
+        let creds = plain
+            .trim_start_matches("clickhouse://")
+            .split('@')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let secure = format!(
+            "clickhouse://{creds}@localhost:{}/default?secure=true",
+            proxy.port()
+        );
+        let trusting = TlsOptions {
+            ca_bundle: Some(pki.ca_path()),
+            ..TlsOptions::default()
+        };
+        let _ = writeln!(
+            self.md,
+            "\n## 6. Connection reuse\n\n`get` of one state, {} calls each. https goes through a \
+             local TLS endpoint (test CA) in front of the same ClickHouse.\n\n| transport | \
+             keep-alive p50 / p99 ms | new connection p50 / p99 ms | new / keep-alive at p50 \
+             |\n|---|---:|---:|---:|",
+            self.mode.gets
+        );
+        let scheme = if target.secure { "https" } else { "http" };
+        for (name, uri, tls) in [
+            (scheme, plain.as_str(), TlsOptions::default()),
+            ("https (local TLS)", secure.as_str(), trusting),
+        ] {
+            let mut results = Vec::new();
+            for keep_alive in [PoolLimits::default(), PoolLimits::off()] {
+                let runtime = Runtime::load(
+                    &default_component_path(),
+                    RuntimeOptions {
+                        tls: tls.clone(),
+                        keep_alive,
+                        ..runtime_options()
+                    },
+                )
+                .expect("loads");
+                let mut backend = self
+                    .tokio
+                    .block_on(runtime.open(uri, table.settings()))
+                    .expect("opens");
+                self.tokio
+                    .block_on(backend.set(&State::completed("k", bookmark(1))))
+                    .expect("set");
+                let mut samples = Samples::default();
+                for _ in 0..self.mode.gets {
+                    samples
+                        .time(|| self.tokio.block_on(backend.get("k")))
+                        .expect("get");
+                }
+                results.push(samples);
+            }
+            let _ = writeln!(
+                self.md,
+                "| {name} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2}x |",
+                results[0].p50(),
+                results[0].p99(),
+                results[1].p50(),
+                results[1].p99(),
+                results[1].p50() / results[0].p50()
+            );
+        }
+        drop(proxy);
+    }
+}
+
+async fn component_op(backend: &mut Backend, op: &str, i: usize) {
+    match op {
+        "get" => drop(backend.get("bench:042").await.expect("get")),
+        "set" => backend
+            .set(&State::completed("bench:set:component", bookmark(i)))
+            .await
+            .expect("set"),
+        "update" => backend
+            .update(&State::partial("bench:update:component", bookmark(i)))
+            .await
+            .expect("update"),
+        "state-ids" => drop(backend.state_ids(None).await.expect("state-ids")),
+        _ => drop(backend.get_all(None).await.expect("get-all")),
+    }
+}
+
+fn native_op(native: &NativeStore, op: &str, i: usize) {
+    match op {
+        "get" => drop(native.get("bench:042").expect("get")),
+        "set" => native
+            .set(&guest_state("bench:set:raw", "{}".into(), bookmark(i)))
+            .expect("set"),
+        "update" => native
+            .update(&guest_state("bench:update:raw", bookmark(i), "{}".into()))
+            .expect("update"),
+        "state-ids" => drop(native.state_ids(None).expect("state-ids")),
+        _ => drop(native.get_all(None).expect("get-all")),
+    }
+}
+
+fn main() {
+    let mode = mode();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let started = Instant::now();
+    let mut bench = Bench {
+        tokio,
+        md: format!(
+            "# Benchmark report\n\n{} mode, {}, on {}; ClickHouse: the local chDB 26.9 server \
+             unless $CLICKHOUSE_URL said otherwise. Regenerate with `just bench`.\n",
+            mode.name,
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+            machine()
+        ),
+        mode,
+    };
+    let per_op = bench.per_operation();
+    bench.scale();
+    let (fenced, settle) = bench.lock();
+    bench.component();
+    bench.keep_alive();
+    let _ = writeln!(
+        bench.md,
+        "\nThe plot, `latency.svg`: latency distributions per operation (component vs raw) and \
+         of `update` with the default vs the settle lock. Whole run: {:.0} s.",
+        started.elapsed().as_secs_f64()
+    );
+
+    std::fs::create_dir_all(&bench.mode.out).expect("output directory");
+    let report = bench.mode.out.join("report.md");
+    std::fs::write(&report, &bench.md).expect("writes the report");
+    let mut series = Vec::new();
+    for (op, component, raw) in &per_op {
+        series.push(plot::Series {
+            group: op,
+            label: "component",
+            samples: component,
+            baseline: false,
+        });
+        series.push(plot::Series {
+            group: op,
+            label: "raw HTTP",
+            samples: raw,
+            baseline: true,
+        });
+    }
+    series.push(plot::Series {
+        group: "update",
+        label: "fenced lock",
+        samples: &fenced,
+        baseline: true,
+    });
+    series.push(plot::Series {
+        group: "update",
+        label: "settle lock",
+        samples: &settle,
+        baseline: false,
+    });
+    let svg = bench.mode.out.join("latency.svg");
+    plot::latency(
+        &svg,
+        "Latency per operation: component vs raw HTTP; default (fenced) vs settle lock",
+        &series,
+    )
+    .expect("draws the plot");
+    println!("{}", bench.md);
+    println!("wrote {} and {}", report.display(), svg.display());
+}
