@@ -178,13 +178,13 @@ struct UriParts {
 impl UriParts {
     fn parse(uri: &str) -> Result<UriParts> {
         // Never echo the URI: it may carry the password.
-        let url = url::Url::parse(uri).map_err(|e| {
+        let uri = crate::uri::parse(uri).map_err(|e| {
             Error::InvalidConfig(format!(
                 "the URI is not valid ({e}); expected clickhouse://user:password@host:port/database"
             ))
         })?;
         let mut parts = UriParts::default();
-        match url.scheme() {
+        match uri.scheme.as_str() {
             "clickhouse" => {}
             "http" => parts.secure = Some(false),
             "https" => parts.secure = Some(true),
@@ -194,19 +194,19 @@ impl UriParts {
                 )));
             }
         }
-        parts.host = match url.host() {
-            Some(url::Host::Ipv6(addr)) => Some(addr.to_string()),
-            Some(host) => Some(decode(&host.to_string(), "host")?),
+        parts.host = match uri.host {
+            Some(host) if host.contains(':') => Some(host), // IPv6, already normalised
+            Some(host) => Some(decode(&host, "host")?),
             None => None,
         };
-        parts.port = url.port();
-        if !url.username().is_empty() {
-            parts.user = Some(decode(url.username(), "user")?);
+        parts.port = uri.port;
+        if !uri.user.is_empty() {
+            parts.user = Some(decode(uri.user, "user")?);
         }
-        if let Some(password) = url.password() {
+        if let Some(password) = uri.password {
             parts.password = Some(Secret::new(decode(password, "password")?));
         }
-        let path = url.path().trim_start_matches('/');
+        let path = uri.path.trim_start_matches('/');
         if !path.is_empty() {
             if path.contains('/') {
                 return Err(Error::InvalidConfig(
@@ -215,7 +215,7 @@ impl UriParts {
             }
             parts.database = Some(decode(path, "database")?);
         }
-        for (name, value) in url.query_pairs() {
+        for (name, value) in form_urlencoded::parse(uri.query.unwrap_or("").as_bytes()) {
             match name.as_ref() {
                 "secure" => parts.secure = Some(parse_bool("secure", &value)?),
                 other => {

@@ -5,8 +5,6 @@
 //! and turns every failure into the typed [`Error`]. The password is redacted from anything the
 //! server or the transport sends back.
 
-use url::form_urlencoded;
-
 use crate::config::{Config, Scheme, Secret};
 use crate::error::{Error, Result, ServerError};
 use crate::sql::{Query, escape_param};

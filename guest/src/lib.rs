@@ -11,6 +11,7 @@ pub mod lock;
 pub mod merge;
 pub mod sql;
 pub mod store;
+pub mod uri;
 
 #[cfg(target_arch = "wasm32")]
 mod component;

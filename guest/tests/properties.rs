@@ -1,5 +1,6 @@
 //! Property tests of the plain-Rust logic: glob translation against a reference fnmatch, the
-//! deep merge's laws, and configuration parsing of arbitrary credentials.
+//! deep merge's laws, configuration parsing of arbitrary credentials, and the URI parser against
+//! the `url` crate.
 
 use clickhouse_state::config::Config;
 use clickhouse_state::glob::{self, Filter};
@@ -187,5 +188,68 @@ proptest! {
         prop_assert_eq!(config.port, port);
         let shown = format!("{:?}", Config::parse(&uri, &[]).unwrap());
         prop_assert!(shown.contains("password: <redacted>"));
+    }
+
+    /// The URI parser agrees with the `url` crate (the WHATWG parser) on every part the
+    /// configuration reads, for the URIs users write.
+    #[test]
+    fn the_uri_parser_agrees_with_the_url_crate(
+        scheme in prop::sample::select(vec!["clickhouse", "http", "https", "CLICKHOUSE"]),
+        user in prop::option::of("\\PC{0,10}"),
+        password in prop::option::of("\\PC{0,12}"),
+        host in prop_oneof![
+            // Names start with a letter: WHATWG reads special-scheme hosts like "0" or
+            // "1.2" as IPv4 numbers, a legacy this parser does not copy.
+            "[a-z]([a-z0-9-]{0,10}[a-z0-9])?(\\.[a-z][a-z0-9]{0,7}){0,3}",
+            any::<std::net::Ipv4Addr>().prop_map(|a| a.to_string()),
+            any::<std::net::Ipv6Addr>().prop_map(|a| format!("[{a}]")),
+        ],
+        port in prop::option::of(any::<u16>()),
+        db in "[a-zA-Z0-9_%-]{0,10}",
+        query in prop::option::of("secure=(true|false|1|0)"),
+    ) {
+        use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
+        let mut text = format!("{scheme}://");
+        if let Some(user) = &user {
+            text += &utf8_percent_encode(user, NON_ALPHANUMERIC).to_string();
+            if let Some(password) = &password {
+                text += ":";
+                text += &utf8_percent_encode(password, NON_ALPHANUMERIC).to_string();
+            }
+            text += "@";
+        }
+        text += &host;
+        if let Some(port) = port {
+            text += &format!(":{port}");
+        }
+        text += &format!("/{db}");
+        if let Some(query) = &query {
+            text += &format!("?{query}");
+        }
+        let reference = url::Url::parse(&text);
+        let ours = clickhouse_state::uri::parse(&text);
+        let (reference, ours) = match (reference, ours) {
+            (Ok(r), Ok(o)) => (r, o),
+            (Err(_), Err(_)) => return Ok(()),
+            (r, o) => return Err(TestCaseError::fail(format!("{text}: url {r:?}, ours {o:?}"))),
+        };
+        let decoded = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        prop_assert_eq!(ours.scheme, reference.scheme());
+        prop_assert_eq!(decoded(ours.user), decoded(reference.username()));
+        prop_assert_eq!(ours.password.map(decoded), reference.password().map(decoded));
+        let reference_host = reference.host_str().map(|h| h.trim_matches(['[', ']']).to_string());
+        // The same IPv6 address may be written two ways (::ffff:0.0.0.0 and ::ffff:0:0).
+        let as_ip = |h: &Option<String>| h.as_deref().and_then(|h| h.parse::<std::net::Ipv6Addr>().ok());
+        match (as_ip(&ours.host), as_ip(&reference_host)) {
+            (Some(a), Some(b)) => prop_assert_eq!(a, b),
+            _ => prop_assert_eq!(ours.host, reference_host),
+        }
+        // url drops a port equal to the scheme's default (80, 443); the text had it.
+        match reference.port() {
+            Some(p) => prop_assert_eq!(ours.port, Some(p)),
+            None => prop_assert!(ours.port.is_none() || ours.port == reference.port_or_known_default()),
+        }
+        prop_assert_eq!(decoded(ours.path), decoded(reference.path().trim_start_matches('/')));
+        prop_assert_eq!(ours.query, reference.query());
     }
 }
