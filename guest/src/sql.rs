@@ -16,7 +16,7 @@ pub struct Query {
     /// Settings for this query only.
     pub settings: Vec<(&'static str, String)>,
     /// INSERT data. When present, the SQL travels in the URL and this in the body.
-    pub data: Option<Vec<u8>>,
+    pub data: Option<std::rc::Rc<[u8]>>,
 }
 
 impl Query {
@@ -192,7 +192,7 @@ impl Statements {
         ))
         .write()
         .setting("insert_deduplication_token", token);
-        query.data = Some(rows);
+        query.data = Some(rows.into());
         query
     }
 
@@ -354,7 +354,7 @@ impl Statements {
         ))
         .write()
         .setting("insert_deduplication_token", token);
-        query.data = Some(row);
+        query.data = Some(row.into());
         query
     }
 
@@ -378,7 +378,7 @@ impl Statements {
         ))
         .write()
         .setting("insert_deduplication_token", token);
-        query.data = Some(row);
+        query.data = Some(row.into());
         query
     }
 

@@ -374,9 +374,13 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     /// One INSERT of JSON rows, each with its version, under a fresh deduplication token.
     fn insert(&self, rows: &[(&State, u64)]) -> Result<()> {
+        // The encoded size, escapes included, so the buffer never doubles (at 100k states a
+        // doubling is tens of MiB of the instance's memory).
+        let escaped =
+            |text: &str| text.len() + text.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
         let capacity = rows
             .iter()
-            .map(|(s, _)| s.partial.len() + s.completed.len() + s.state_id.len() + 96)
+            .map(|(s, _)| escaped(&s.partial) + escaped(&s.completed) + escaped(&s.state_id) + 96)
             .sum();
         let mut data = Vec::with_capacity(capacity);
         for (state, version_ms) in rows {

@@ -10,7 +10,6 @@ use crate::config::Scheme;
 use crate::http::{Request, Response, Transport, TransportError};
 
 /// The most `blocking-write-and-flush` takes in one call.
-const WRITE_CHUNK: usize = 4096;
 const READ_CHUNK: u64 = 64 * 1024;
 const CONNECT_TIMEOUT_NS: u64 = 10_000_000_000;
 const FIRST_BYTE_TIMEOUT_NS: u64 = 60_000_000_000;
@@ -57,11 +56,26 @@ impl Transport for WasiHttp {
         // If the host refuses the request, writing the body fails first; the response future
         // then carries the real reason, so a write failure only stops the writing.
         if let Ok(stream) = body.write() {
-            for chunk in request.body.chunks(WRITE_CHUNK) {
-                if stream.blocking_write_and_flush(chunk).is_err() {
+            // As much per write as the host permits, one flush at the end: a large insert is
+            // not cut into 4 KiB writes that each wait for a flush.
+            let mut rest: &[u8] = &request.body;
+            while !rest.is_empty() {
+                let Ok(permit) = stream.check_write() else {
+                    break;
+                };
+                if permit == 0 {
+                    stream.subscribe().block();
+                    continue;
+                }
+                let n = usize::try_from(permit)
+                    .unwrap_or(usize::MAX)
+                    .min(rest.len());
+                if stream.write(&rest[..n]).is_err() {
                     break;
                 }
+                rest = &rest[n..];
             }
+            let _ = stream.blocking_flush();
             drop(stream);
         }
         let finished = OutgoingBody::finish(body, None);
@@ -86,7 +100,7 @@ impl Transport for WasiHttp {
 
 fn read_response(response: IncomingResponse) -> Result<Response, TransportError> {
     let status = response.status();
-    let headers = response
+    let headers: Vec<(String, String)> = response
         .headers()
         .entries()
         .into_iter()
@@ -98,7 +112,10 @@ fn read_response(response: IncomingResponse) -> Result<Response, TransportError>
     let stream = incoming
         .stream()
         .map_err(|()| TransportError::Unreachable("response body unavailable".into()))?;
-    let mut body = Vec::new();
+    // Sized from Content-Length when the server sends one, so a large answer is not copied
+    // on every doubling of the buffer.
+    let expected = headers_length(&headers).unwrap_or(0);
+    let mut body = Vec::with_capacity(expected.min(MAX_PRESIZE));
     loop {
         match stream.blocking_read(READ_CHUNK) {
             Ok(bytes) => body.extend_from_slice(&bytes),
@@ -119,6 +136,16 @@ fn read_response(response: IncomingResponse) -> Result<Response, TransportError>
         headers,
         body,
     })
+}
+
+/// Presizing trusts Content-Length only this far; the body may still grow past it.
+const MAX_PRESIZE: usize = 64 << 20;
+
+fn headers_length(headers: &[(String, String)]) -> Option<usize> {
+    headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, value)| value.trim().parse().ok())
 }
 
 fn error_code(code: ErrorCode) -> TransportError {

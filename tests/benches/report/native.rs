@@ -62,7 +62,7 @@ impl Transport for NativeTransport {
         for (name, value) in &request.headers {
             builder = builder.header(name.as_str(), value.as_slice());
         }
-        let body = Full::new(Bytes::from(request.body))
+        let body = Full::new(Bytes::copy_from_slice(&request.body))
             .map_err(|never| match never {})
             .boxed_unsync();
         let http_request = builder
