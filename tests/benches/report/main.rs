@@ -445,7 +445,7 @@ impl Bench {
         );
     }
 
-    /// 6. `get` with keep-alive vs a new connection per request, over http and https.
+    /// 5. `get` with keep-alive vs a new connection per request, over http and https.
     fn keep_alive(&mut self) {
         let table = TestTable::new("bench_keepalive");
         let pki = Pki::new("bench");
@@ -472,7 +472,7 @@ impl Bench {
         };
         let _ = writeln!(
             self.md,
-            "\n## 6. Connection reuse\n\n`get` of one state, {} calls each. https goes through a \
+            "\n## 5. Connection reuse\n\n`get` of one state, {} calls each. https goes through a \
              local TLS endpoint (test CA) in front of the same ClickHouse.\n\n| transport | \
              keep-alive p50 / p99 ms | new connection p50 / p99 ms | new / keep-alive at p50 \
              |\n|---|---:|---:|---:|",
@@ -572,6 +572,21 @@ fn main() {
         ),
         mode,
     };
+    // BENCH_ONLY=scale (for example) runs one section, to profile it; nothing is written then.
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        match only.as_str() {
+            "per-op" => drop(bench.per_operation()),
+            "scale" => bench.scale(),
+            "lock" => drop(bench.lock()),
+            "component" => bench.component(),
+            "keep-alive" => bench.keep_alive(),
+            other => {
+                panic!("BENCH_ONLY={other}: one of per-op, scale, lock, component, keep-alive")
+            }
+        }
+        println!("{}", bench.md);
+        return;
+    }
     let per_op = bench.per_operation();
     bench.scale();
     let (fenced, settle) = bench.lock();
