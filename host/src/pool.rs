@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use hyper::client::conn::http1::SendRequest;
 use wasmtime_wasi_http::WasiBody;
 
+/// How long a pooled connection may take to become ready for its next request.
+const READY_WAIT: Duration = Duration::from_secs(1);
+
 /// How a pool is bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolLimits {
@@ -81,13 +84,14 @@ impl Pool {
         self.limits.max_idle > 0
     }
 
-    /// The most recently used idle connection to `destination` that is still open and fresh.
+    /// The most recently pooled connection to `destination` that is still fresh. The caller
+    /// waits for it to be ready (see [`Pool::ready`]) before sending on it.
     pub fn take(&self, destination: &Destination) -> Option<Connection> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(destination)?;
         while let Some(entry) = list.pop() {
             if entry.since.elapsed() < self.limits.idle_timeout
-                && entry.connection.sender.is_ready()
+                && !entry.connection.sender.is_closed()
             {
                 return Some(entry.connection);
             }
@@ -95,27 +99,32 @@ impl Pool {
         None
     }
 
-    /// Puts `connection` back once its response has been read to the end; a connection that
-    /// closes first, or finds the pool full, is dropped (which closes it).
-    pub fn recycle(self: &Arc<Self>, destination: Destination, mut connection: Connection) {
+    /// Waits until a taken connection can carry a request: at once when its last response has
+    /// been read, an error when the server closed it. Bounded, so a connection in an odd state
+    /// costs a new connection, not a hang.
+    pub async fn ready(connection: &mut Connection) -> bool {
+        matches!(
+            tokio::time::timeout(READY_WAIT, connection.sender.ready()).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Keeps `connection` for the next request to `destination`: called when its response body
+    /// has been read to the end, before the guest sees that end, so its next request finds it.
+    /// A full pool drops it (which closes it).
+    pub fn put(&self, destination: Destination, connection: Connection) {
         if !self.enabled() {
             return;
         }
-        let pool = Arc::clone(self);
-        tokio::spawn(async move {
-            if connection.sender.ready().await.is_err() {
-                return;
-            }
-            let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let list = idle.entry(destination).or_default();
-            list.retain(|entry| entry.since.elapsed() < pool.limits.idle_timeout);
-            if list.len() < pool.limits.max_idle {
-                list.push(Idle {
-                    connection,
-                    since: Instant::now(),
-                });
-            }
-        });
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.entry(destination).or_default();
+        list.retain(|entry| entry.since.elapsed() < self.limits.idle_timeout);
+        if list.len() < self.limits.max_idle {
+            list.push(Idle {
+                connection,
+                since: Instant::now(),
+            });
+        }
     }
 
     /// Idle connections held, for tests.

@@ -98,7 +98,7 @@ impl Sender {
 
         while let Some(mut connection) = self.pool.take(&destination) {
             // The address allowance is checked again on every reuse, not only at connect time.
-            if addresses.check(connection.peer).is_err() {
+            if addresses.check(connection.peer).is_err() || !Pool::ready(&mut connection).await {
                 continue;
             }
             let sent = tokio::time::timeout(
@@ -109,9 +109,9 @@ impl Sender {
             .map_err(|_| HttpError::ConnectionReadTimeout)?;
             match sent {
                 Ok(response) => {
-                    self.pool.recycle(destination, connection);
+                    let recycle = Recycle::new(&self.pool, destination, connection);
                     let done: Box<dyn Future<Output = _> + Send> = Box::new(async { Ok(()) });
-                    return Ok((timed(response, between_bytes), done));
+                    return Ok((timed(response, between_bytes, recycle), done));
                 }
                 // Closed before the request went out (the server ended the keep-alive): the
                 // request is intact, so another connection may carry it.
@@ -177,11 +177,12 @@ impl Sender {
             .await
             .map_err(|_| HttpError::ConnectionReadTimeout)?
             .map_err(HttpError::Hyper)?;
-        let response = timed(response, timeouts.between_bytes);
         if self.pool.enabled() {
-            self.pool.recycle(destination, Connection { sender, peer });
+            let recycle = Recycle::new(&self.pool, destination, Connection { sender, peer });
+            let response = timed(response, timeouts.between_bytes, recycle);
             return Ok((response, Box::new(async { Ok(()) })));
         }
+        let response = timed(response, timeouts.between_bytes, None);
         let io = async move {
             match driver.await {
                 Ok(Ok(())) => Ok(()),
@@ -202,15 +203,38 @@ struct Timeouts {
     between_bytes: Duration,
 }
 
+/// A connection to give back to its pool once its response body ends.
+struct Recycle {
+    pool: Arc<Pool>,
+    destination: Destination,
+    connection: Connection,
+}
+
+impl Recycle {
+    fn new(pool: &Arc<Pool>, destination: Destination, connection: Connection) -> Option<Self> {
+        pool.enabled().then(|| Recycle {
+            pool: Arc::clone(pool),
+            destination,
+            connection,
+        })
+    }
+
+    fn done(self) {
+        self.pool.put(self.destination, self.connection);
+    }
+}
+
 fn timed(
     response: http::Response<hyper::body::Incoming>,
     between_bytes: Duration,
+    recycle: Option<Recycle>,
 ) -> http::Response<WasiBody> {
     response.map(|incoming| {
         TimedBody {
             inner: incoming,
             between_bytes,
             deadline: Box::pin(tokio::time::sleep(between_bytes)),
+            recycle,
         }
         .boxed_unsync()
     })
@@ -263,11 +287,21 @@ fn connect_error(error: std::io::Error) -> HttpError {
     }
 }
 
-/// A response body that fails when no byte arrives for `between_bytes`.
+/// A response body that fails when no byte arrives for `between_bytes`, and that gives its
+/// connection back to the pool when it ends (a body dropped early takes it down with it).
 struct TimedBody {
     inner: hyper::body::Incoming,
     between_bytes: Duration,
     deadline: Pin<Box<Sleep>>,
+    recycle: Option<Recycle>,
+}
+
+impl TimedBody {
+    fn ended(&mut self) {
+        if let Some(recycle) = self.recycle.take() {
+            recycle.done();
+        }
+    }
 }
 
 impl Body for TimedBody {
@@ -282,10 +316,19 @@ impl Body for TimedBody {
             Poll::Ready(Some(Ok(frame))) => {
                 let next = Instant::now() + self.between_bytes;
                 self.deadline.as_mut().reset(next);
+                if self.inner.is_end_stream() {
+                    self.ended();
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(HttpError::Hyper(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(Some(Err(e))) => {
+                self.recycle = None;
+                Poll::Ready(Some(Err(HttpError::Hyper(e))))
+            }
+            Poll::Ready(None) => {
+                self.ended();
+                Poll::Ready(None)
+            }
             Poll::Pending => match self.deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
                 Poll::Pending => Poll::Pending,

@@ -250,7 +250,9 @@ async fn keep_alive_saves_a_handshake_per_request() {
         }
         handshakes.push(proxy.handshakes() - before);
     }
-    assert!(handshakes[0] <= 1, "pooled: {handshakes:?}");
+    // The connection the set opened carries every get: it is back in the pool before the
+    // guest has read the end of each answer.
+    assert_eq!(handshakes[0], 0, "pooled: {handshakes:?}");
     assert_eq!(
         handshakes[1], 20,
         "a connection per request: {handshakes:?}"
