@@ -57,11 +57,6 @@ impl Sender {
         }
     }
 
-    /// Idle keep-alive connections held (for tests and benchmarks).
-    pub fn idle_connections(&self) -> usize {
-        self.pool.idle_count()
-    }
-
     pub async fn send(
         &self,
         mut request: http::Request<WasiBody>,
@@ -177,8 +172,8 @@ impl Sender {
             .await
             .map_err(|_| HttpError::ConnectionReadTimeout)?
             .map_err(HttpError::Hyper)?;
-        if self.pool.enabled() {
-            let recycle = Recycle::new(&self.pool, destination, Connection { sender, peer });
+        let recycle = Recycle::new(&self.pool, destination, Connection { sender, peer });
+        if recycle.is_some() {
             let response = timed(response, timeouts.between_bytes, recycle);
             return Ok((response, Box::new(async { Ok(()) })));
         }

@@ -21,12 +21,13 @@ use std::time::Instant;
 use integration_tests::state_host::State;
 use integration_tests::{TestTable, runtime};
 
-const ROUNDS: usize = 3;
+// Shared with the report harness, whose methods this bench does not all use.
+#[allow(dead_code)]
+#[path = "report/stats.rs"]
+mod stats;
+use stats::Samples;
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
+const ROUNDS: usize = 3;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -111,10 +112,8 @@ fn main() {
         meltano.extend(m);
         bridge.extend(b);
     }
-    for times in [&mut lib, &mut meltano, &mut bridge] {
-        times.sort_by(f64::total_cmp);
-    }
-    let base = percentile(&lib, 0.5);
+    let [lib, meltano, bridge] = [lib, meltano, bridge].map(Samples::from_iter);
+    let base = lib.p50();
     println!(
         "update cost, {} updates per path in {ROUNDS} alternating rounds ({:.0} s), host {}",
         n * ROUNDS,
@@ -130,9 +129,9 @@ fn main() {
     ] {
         println!(
             "| {name} | {:.2} | {:.2} | {:.2}x |",
-            percentile(times, 0.5),
-            percentile(times, 0.99),
-            percentile(times, 0.5) / base
+            times.p50(),
+            times.p99(),
+            times.p50() / base
         );
     }
 }

@@ -69,6 +69,16 @@ impl Target {
         )
     }
 
+    /// This ClickHouse's credentials, with https to `host:port` instead (a TLS endpoint in front
+    /// of it, named as the certificate may or may not say).
+    pub fn secure_uri(&self, host: &str, port: u16) -> String {
+        format!(
+            "clickhouse://{}:{}@{host}:{port}/default?secure=true",
+            utf8_percent_encode(&self.user, NON_ALPHANUMERIC),
+            utf8_percent_encode(&self.password, NON_ALPHANUMERIC),
+        )
+    }
+
     pub fn base_url(&self) -> String {
         format!(
             "{}://{}:{}",

@@ -431,12 +431,7 @@ async fn tls_flags_reach_a_private_ca_with_mutual_tls() {
     let client = pki.client("cli-client");
     let proxy = TlsProxy::start(pki.server_config(&server, true), cli.table.target.clone()).await;
     let target = &cli.table.target;
-    let uri = format!(
-        "clickhouse://{}:{}@localhost:{}/default?secure=true",
-        target.user,
-        target.password,
-        proxy.port()
-    );
+    let uri = target.secure_uri("localhost", proxy.port());
     let run = |extra: &[&str]| {
         let mut command = cli.command();
         command.args(["--uri", &uri]).args(extra);

@@ -26,17 +26,6 @@ fn trusting(pki: &Pki) -> TlsOptions {
     }
 }
 
-/// The component URI for the proxy, as `host` (a name the certificate may or may not carry).
-fn secure_uri(target: &Target, host: &str, port: u16) -> String {
-    let plain = target.uri();
-    let creds = plain
-        .trim_start_matches("clickhouse://")
-        .split('@')
-        .next()
-        .expect("credentials");
-    format!("clickhouse://{creds}@{host}:{port}/default?secure=true")
-}
-
 fn settings(table: &TestTable) -> Vec<(String, String)> {
     vec![
         ("schema".into(), SCHEMA.into()),
@@ -62,7 +51,7 @@ async fn success_with_the_private_ca_configured() {
     for host in ["localhost", "127.0.0.1"] {
         let mut b = runtime
             .open(
-                &secure_uri(&table.target, host, proxy.port()),
+                &table.target.secure_uri(host, proxy.port()),
                 settings(&table),
             )
             .await
@@ -95,7 +84,7 @@ async fn failure_against(
     } else {
         TlsOptions::default()
     });
-    let mut uri = secure_uri(&table.target, "localhost", proxy.port());
+    let mut uri = table.target.secure_uri("localhost", proxy.port());
     if !https {
         uri = uri.replace("?secure=true", "");
     }
@@ -145,7 +134,7 @@ async fn https_to_a_plain_http_port_is_a_clear_error() {
     }
     let table = TestTable::new("tls_toplain");
     let runtime = runtime_with(TlsOptions::default());
-    let uri = secure_uri(&target, &target.host, target.port);
+    let uri = target.secure_uri(&target.host, target.port);
     let message = unreachable_message(&runtime, &uri, &table).await;
     assert!(message.contains("did not answer with TLS"), "{message}");
 }
@@ -157,7 +146,7 @@ async fn mutual_tls_with_and_without_a_client_certificate() {
     let client = pki.client("meltano-runner");
     let table = TestTable::new("tls_mtls");
     let proxy = TlsProxy::start(pki.server_config(&server, true), table.target.clone()).await;
-    let uri = secure_uri(&table.target, "localhost", proxy.port());
+    let uri = table.target.secure_uri("localhost", proxy.port());
 
     let with_identity = runtime_with(TlsOptions {
         ca_bundle: Some(pki.ca_path()),
@@ -190,7 +179,7 @@ async fn the_egress_policy_applies_to_https_too() {
     let policy = EgressPolicy::allow_only(vec![Authority::new("http", "localhost", proxy.port())]);
     let mut b = runtime
         .open_with_policy(
-            &secure_uri(&table.target, "localhost", proxy.port()),
+            &table.target.secure_uri("localhost", proxy.port()),
             settings(&table),
             policy,
             "egress",
@@ -228,7 +217,7 @@ async fn keep_alive_saves_a_handshake_per_request() {
     let server = pki.server("server", &["localhost"], false);
     let table = TestTable::new("tls_keepalive");
     let proxy = TlsProxy::start(pki.server_config(&server, false), table.target.clone()).await;
-    let uri = secure_uri(&table.target, "localhost", proxy.port());
+    let uri = table.target.secure_uri("localhost", proxy.port());
     let mut handshakes = Vec::new();
     for keep_alive in [PoolLimits::default(), PoolLimits::off()] {
         let runtime = Runtime::load(

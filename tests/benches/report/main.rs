@@ -172,21 +172,19 @@ impl Bench {
         let warm_up = 5;
         for i in 0..self.mode.per_op + warm_up {
             for (op, component, raw) in results.iter_mut() {
-                let mut c = Samples::default();
-                let mut r = Samples::default();
                 // Alternate which path goes first, so neither always follows the other.
                 for first in [i % 2 == 0, i % 2 != 0] {
                     if first {
-                        c.time(|| self.tokio.block_on(component_op(&mut backend, op, i)));
+                        component.time(|| self.tokio.block_on(component_op(&mut backend, op, i)));
                     } else {
-                        r.time(|| native_op(&native, op, i));
+                        raw.time(|| native_op(&native, op, i));
                     }
                 }
-                if i >= warm_up {
-                    component.push(c.p50());
-                    raw.push(r.p50());
-                }
             }
+        }
+        for (_, component, raw) in results.iter_mut() {
+            component.discard_first(warm_up);
+            raw.discard_first(warm_up);
         }
         let _ = writeln!(
             self.md,
@@ -456,16 +454,7 @@ impl Bench {
         ));
         let target = &table.target;
         let plain = target.uri();
-        let creds = plain
-            .trim_start_matches("clickhouse://")
-            .split('@')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        let secure = format!(
-            "clickhouse://{creds}@localhost:{}/default?secure=true",
-            proxy.port()
-        );
+        let secure = target.secure_uri("localhost", proxy.port());
         let trusting = TlsOptions {
             ca_bundle: Some(pki.ca_path()),
             ..TlsOptions::default()

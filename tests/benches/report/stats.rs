@@ -21,6 +21,11 @@ impl Samples {
         out
     }
 
+    /// Forgets the first `n` samples (a warm-up).
+    pub fn discard_first(&mut self, n: usize) {
+        self.ms.drain(..n.min(self.ms.len()));
+    }
+
     pub fn len(&self) -> usize {
         self.ms.len()
     }
@@ -42,5 +47,13 @@ impl Samples {
 
     pub fn p99(&self) -> f64 {
         self.quantile(0.99)
+    }
+}
+
+impl FromIterator<f64> for Samples {
+    fn from_iter<I: IntoIterator<Item = f64>>(ms: I) -> Self {
+        Samples {
+            ms: ms.into_iter().collect(),
+        }
     }
 }
