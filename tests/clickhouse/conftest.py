@@ -2,7 +2,8 @@
 
 They talk to the server at $CLICKHOUSE_URL (default http://default:@127.0.0.1:8123), so the same
 tests run against any ClickHouse. A few tests start a private server of their own (to check its
-log for a password, for instance); those are skipped unless the chDB engine is importable.
+log for a password, or its limits); those are skipped unless the chDB engine is importable,
+that is, unless the project's venv runs them.
 """
 
 from __future__ import annotations
@@ -143,20 +144,21 @@ class PrivateServer:
         return self.log_path.read_text()
 
 
-@pytest.fixture()
-def private_server(tmp_path: Path):
-    """A server of the test's own, with a known password and a log the test can read."""
-    pytest.importorskip("chdb")
+def start_private_server(tmp_path: Path, *extra: str) -> PrivateServer:
+    """The project's server on a free port, with a known password and a log the test can read.
+
+    Fails (never skips) when it cannot start."""
     port = free_port()
     password = "s3cret-Pa55-" + uuid.uuid4().hex[:8]
-    log_path = tmp_path / "server.log"
+    log_path = tmp_path / f"server-{port}.log"
     log = log_path.open("w")
     env = dict(os.environ, LOCAL_CLICKHOUSE_PASSWORD=password)
     process = subprocess.Popen(
-        [sys.executable, str(HERE / "server.py"), "--port", str(port), "--data", str(tmp_path / "data"),
-         "--user", "alice", "--init-db", "meltano"],
+        [sys.executable, str(HERE / "server.py"), "--port", str(port), "--data", str(tmp_path / f"data-{port}"),
+         "--user", "alice", "--init-db", "meltano", *extra],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )
+    log.close()
     srv = Server("http", "127.0.0.1", port, "alice", password)
     deadline = time.monotonic() + 60
     while True:
@@ -169,7 +171,18 @@ def private_server(tmp_path: Path):
             process.kill()
             pytest.fail("private server did not start:\n" + log_path.read_text())
         time.sleep(0.1)
-    yield PrivateServer(srv, process, log_path)
-    process.terminate()
-    process.wait(timeout=30)
-    log.close()
+    return PrivateServer(srv, process, log_path)
+
+
+def stop_private_server(private: PrivateServer) -> None:
+    private.process.terminate()
+    private.process.wait(timeout=30)
+
+
+@pytest.fixture()
+def private_server(tmp_path: Path):
+    """A server of the test's own (see `start_private_server`)."""
+    pytest.importorskip("chdb")
+    private = start_private_server(tmp_path)
+    yield private
+    stop_private_server(private)

@@ -215,7 +215,8 @@ pub fn json(text: &str) -> serde_json::Value {
 }
 
 /// A local ClickHouse of a test's own (the project's server on a free port), which the test may
-/// stop and start again on the same data. `None` when the venv is missing.
+/// stop and start again on the same data. It panics when it cannot start: a test that needs it
+/// fails rather than passes without it.
 pub struct LocalServer {
     child: Option<std::process::Child>,
     pub port: u16,
@@ -226,17 +227,16 @@ pub struct LocalServer {
 }
 
 impl LocalServer {
-    pub fn start(user: &str, password: &str) -> Option<LocalServer> {
+    pub fn start(user: &str, password: &str) -> LocalServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
             .port();
         let dir = std::env::temp_dir().join(format!(
             "local-ch-{port}-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..6]
         ));
-        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::create_dir_all(&dir).expect("a directory for the server");
         let mut server = LocalServer {
             child: None,
             port,
@@ -245,26 +245,27 @@ impl LocalServer {
             log: dir.join("server.log"),
             dir,
         };
-        server.resume()?;
-        Some(server)
+        server.resume();
+        server
     }
 
     fn python() -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python")
     }
 
-    /// Starts (again) on the same port and data; waits until it answers.
-    pub fn resume(&mut self) -> Option<()> {
+    /// Starts (again) on the same port and data; waits until it answers /ping.
+    pub fn resume(&mut self) {
         let python = Self::python();
-        if !python.exists() {
-            eprintln!("no .venv: run tests/bootstrap.sh");
-            return None;
-        }
+        assert!(
+            python.exists(),
+            "no Python venv at {}: run tests/bootstrap.sh",
+            python.display()
+        );
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
-            .ok()?;
+            .expect("the server's log file");
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clickhouse/server.py");
         let child = std::process::Command::new(python)
             .arg(script)
@@ -272,22 +273,38 @@ impl LocalServer {
             .arg("--data")
             .arg(self.dir.join("data"))
             .env("LOCAL_CLICKHOUSE_PASSWORD", &self.password)
-            .stdout(log.try_clone().ok()?)
+            .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
             .spawn()
-            .ok()?;
+            .expect("the local server starts");
         self.child = Some(child);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if std::time::Instant::now() > deadline {
+        while !self.pings() {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || std::time::Instant::now() > deadline {
                 panic!(
-                    "the local server did not start: {}",
+                    "the local server did not start ({exited:?}): {}",
                     std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        Some(())
+    }
+
+    fn pings(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let request = "GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        let mut answer = String::new();
+        stream.write_all(request.as_bytes()).is_ok()
+            && stream.read_to_string(&mut answer).is_ok()
+            && answer.starts_with("HTTP/1.1 200")
+            && answer.ends_with("Ok.\n")
     }
 
     /// Stops it (SIGTERM, as an operator would), keeping its data.

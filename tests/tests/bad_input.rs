@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 
 use integration_tests::state_host::{Error, State};
-use integration_tests::{TestTable, runtime};
+use integration_tests::{LocalServer, TestTable, json, runtime};
 
 /// Rows in the state table and the lock log: nothing may be written by a refused call.
 fn rows(table: &TestTable) -> (String, String) {
@@ -147,16 +147,40 @@ async fn bad_names_and_uris_are_invalid_config() {
             Ok(_) => panic!("{uri}: accepted"),
         }
     }
-    // a password with @ : / % # works when percent-encoded in the URI (property-tested in the
-    // guest) and as a setting as it is
+}
+
+#[tokio::test]
+async fn a_password_with_uri_delimiters_works_on_a_server_that_has_it() {
+    // A server of the test's own whose password really contains what a URI uses as delimiters.
+    let password = "p@ss:w/o%rd#1?&=+ ü\\'\"";
+    let server = LocalServer::start("meltano", password);
+    let settings = vec![("table".to_string(), "pw_state".to_string())];
+    // percent-encoded in the URI
     let mut b = runtime()
-        .open(
-            &table.target.uri(),
-            table.with(&[("password", &table.target.password)]),
-        )
+        .open(&server.uri(), settings.clone())
         .await
         .unwrap();
-    assert!(b.state_ids(None).await.is_ok());
+    b.set(&State::completed("id", r#"{"singer_state":{"by":"uri"}}"#))
+        .await
+        .expect("set with the password from the URI");
+    // as a setting, exactly as it is, over a URI without one
+    let no_password = format!("clickhouse://meltano@127.0.0.1:{}/default", server.port);
+    let mut with_setting = settings.clone();
+    with_setting.push(("password".to_string(), password.to_string()));
+    let mut b = runtime().open(&no_password, with_setting).await.unwrap();
+    let got = b
+        .get("id")
+        .await
+        .expect("get with the password as a setting");
+    assert_eq!(
+        json(&got.expect("the state set above").completed)["singer_state"]["by"],
+        "uri"
+    );
+    // and the same password with one character off is refused
+    let mut wrong = settings;
+    wrong.push(("password".to_string(), password.replace('#', "")));
+    let mut b = runtime().open(&no_password, wrong).await.unwrap();
+    assert!(matches!(b.get("id").await, Err(Error::Unauthorized(_))));
 }
 
 #[tokio::test]

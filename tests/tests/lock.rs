@@ -650,3 +650,54 @@ async fn settle_mode_excludes_a_process_speaking_the_original_protocol() {
     assert_eq!(sections.entries(), 12);
     assert_eq!(sections.overlaps(), 0);
 }
+
+// -- the lock log's pruning ------------------------------------------------------------------
+
+#[tokio::test]
+async fn every_1024th_grant_prunes_old_generations_of_its_id_only() {
+    let table = TestTable::new("prune");
+    let mut b = table.open().await;
+    b.migrate().await.unwrap();
+    let log = format!("{}_lock_log", table.qualified());
+    // 1023 granted and released generations of two ids, long ago (as a busy id would have).
+    for id in ["busy", "other"] {
+        for event in ["acquire", "release"] {
+            table.target.must(&format!(
+                "INSERT INTO {log} (state_id, generation, event, owner, at_ms, until_ms, floor_ms) \
+                 SELECT '{id}', number, '{event}', 'old-owner', 1000000 + number * 1000, \
+                 1000000 + number * 1000 + 500, 1000000 + number * 1000 FROM numbers(1, 1023)"
+            ));
+        }
+    }
+    let generations = |id: &str| {
+        table.target.must(&format!(
+            "SELECT count(DISTINCT generation), min(generation), max(generation) FROM {log} \
+             WHERE state_id = '{id}'"
+        ))
+    };
+    assert_eq!(generations("busy"), "1023\t1\t1023\n");
+
+    // The 1024th grant prunes the generations below 1024 - 16 (asynchronously: it does not wait
+    // for the delete).
+    let lock = b.acquire_lock("busy").await.unwrap();
+    assert_eq!(lock.token, 1024);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while generations("busy") != "17\t1008\t1024\n" {
+        assert!(
+            Instant::now() < deadline,
+            "old generations were not pruned: {}",
+            generations("busy")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // another id keeps all of its history
+    assert_eq!(generations("other"), "1023\t1\t1023\n");
+    // and the lock goes on from where it was
+    b.release(lock).await.unwrap();
+    let next = b.acquire_lock("busy").await.unwrap();
+    assert_eq!(next.token, 1025);
+    b.release(next).await.unwrap();
+    let other = b.acquire_lock("other").await.unwrap();
+    assert_eq!(other.token, 1024);
+    b.release(other).await.unwrap();
+}

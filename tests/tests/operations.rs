@@ -106,11 +106,23 @@ async fn lock_round_trip_and_update() {
         json(&got.partial),
         json(r#"{"singer_state":{"a":1,"b":2}}"#)
     );
-    // nothing is left in the lock table once released
-    let left = table
-        .target
-        .must(&format!("SELECT count() FROM {}_lock", table.qualified()));
-    assert_eq!(left.trim(), "0");
+    // The lock log (the table the default lock writes) holds every grant, and every grant of
+    // this id was released: none is left open.
+    let log = format!("{}_lock_log", table.qualified());
+    let grants = table.target.must(&format!(
+        "SELECT count() FROM {log} WHERE state_id = 's' AND event = 'acquire'"
+    ));
+    assert_eq!(
+        grants.trim(),
+        "3",
+        "one grant per acquire_lock and per update"
+    );
+    let open = table.target.must(&format!(
+        "SELECT count() FROM (SELECT generation FROM {log} WHERE state_id = 's' \
+         GROUP BY generation HAVING countIf(event = 'release') = 0)"
+    ));
+    assert_eq!(open.trim(), "0", "a grant was never released");
+    assert_eq!(b.lock_info("s").await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -644,10 +656,14 @@ async fn bad_json_is_invalid_input_and_writes_nothing() {
         ));
     }
     assert_eq!(table.raw_rows(), 0);
-    let lock_rows = table
-        .target
-        .must(&format!("SELECT count() FROM {}_lock", table.qualified()));
-    assert_eq!(lock_rows.trim(), "0");
+    // No lock was taken for input that was refused: neither lock table has a row.
+    for lock_table in ["_lock_log", "_lock"] {
+        let rows = table.target.must(&format!(
+            "SELECT count() FROM {}{lock_table}",
+            table.qualified()
+        ));
+        assert_eq!(rows.trim(), "0", "{lock_table}");
+    }
 }
 
 #[tokio::test]

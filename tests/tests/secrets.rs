@@ -26,9 +26,7 @@ fn binary() -> PathBuf {
 
 #[test]
 fn the_password_never_appears_in_cli_output_or_logs() {
-    let Some(server) = LocalServer::start("meltano", PASSWORD) else {
-        return;
-    };
+    let server = LocalServer::start("meltano", PASSWORD);
     let uri = format!(
         "clickhouse://meltano:{PASSWORD}@127.0.0.1:{}/default",
         server.port
@@ -42,49 +40,63 @@ fn the_password_never_appears_in_cli_output_or_logs() {
     )
     .unwrap();
     let export = export_file.to_str().unwrap();
-    let commands: Vec<Vec<&str>> = vec![
-        vec!["migrate"],
-        vec!["set", "a", state],
-        vec!["get", "a"],
-        vec!["get", "--raw", "a"],
-        vec!["merge", "a", state],
-        vec!["list"],
-        vec!["list", "--pattern", "a*"],
-        vec!["copy", "a", "b"],
-        vec!["move", "b", "c"],
-        vec!["export"],
-        vec!["import", export],
-        vec!["lock", "a", "--hold", "0"],
-        vec!["lock-info", "a"],
-        vec!["unlock", "a"],
-        vec!["clear", "c"],
-        vec!["clear", "--all"],
+    // Each command with the exit code it must end with: a run that fails early proves nothing
+    // about what the command would have printed.
+    let commands: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["migrate"], 0),
+        (vec!["set", "a", state], 0),
+        (vec!["get", "a"], 0),
+        (vec!["get", "--raw", "a"], 0),
+        (vec!["merge", "a", state], 0),
+        (vec!["list"], 0),
+        (vec!["list", "--pattern", "a*"], 0),
+        (vec!["copy", "a", "b"], 0),
+        (vec!["move", "b", "c"], 0),
+        (vec!["export"], 0),
+        (vec!["import", export], 0),
+        (vec!["lock", "a", "--hold", "0"], 0),
+        (vec!["lock-info", "a"], 0),
+        (vec!["unlock", "a"], 0),
+        (vec!["clear", "c"], 0),
+        (vec!["clear", "--all"], 0),
         // error paths
-        vec!["set", "a", "not json"],
-        vec!["set", "", state],
-        vec!["list", "--pattern", "[oops"],
-        vec!["copy", "missing", "x"],
-        vec!["-s", "port=notaport", "list"],
-        vec![
-            "--uri",
-            "clickhouse://meltano:Kn0wn-Secret-pw-5e1f@127.0.0.1:1/default",
-            "list",
-        ],
-        vec![
-            "--uri",
-            "postgres://meltano:Kn0wn-Secret-pw-5e1f@h/db",
-            "list",
-        ],
-        vec![
-            "--uri",
-            "clickhouse://meltano:Kn0wn-Secret-pw-5e1f@127.0.0.1:99999/default",
-            "list",
-        ],
-        vec![
-            "--uri",
-            "clickhouse://meltano:Kn0wn-Secret-pw-5e1f@169.254.169.254/default",
-            "list",
-        ],
+        (vec!["set", "a", "not json"], 2),
+        (vec!["set", "", state], 2),
+        (vec!["list", "--pattern", "[oops"], 2),
+        (vec!["copy", "missing", "x"], 2),
+        (vec!["-s", "port=notaport", "list"], 2),
+        (
+            vec![
+                "--uri",
+                "clickhouse://meltano:Kn0wn-Secret-pw-5e1f@127.0.0.1:1/default",
+                "list",
+            ],
+            4,
+        ),
+        (
+            vec![
+                "--uri",
+                "postgres://meltano:Kn0wn-Secret-pw-5e1f@h/db",
+                "list",
+            ],
+            2,
+        ),
+        (
+            vec![
+                "--uri",
+                "clickhouse://meltano:Kn0wn-Secret-pw-5e1f@127.0.0.1:99999/default",
+                "list",
+            ],
+            2,
+        ),
+        (
+            vec![
+                "--uri",
+                "clickhouse://meltano:Kn0wn-Secret-pw-5e1f@169.254.169.254/default",
+                "list",
+            ],
+            4,
+        ),
     ];
     // Precompiled once, so that each of the runs below loads in milliseconds.
     let wasm = std::fs::read(integration_tests::state_host::default_component_path()).unwrap();
@@ -95,31 +107,31 @@ fn the_password_never_appears_in_cli_output_or_logs() {
     )
     .unwrap();
     let component = cwasm.to_str().unwrap().to_string();
+    // The password by URI, by setting, and by environment variable.
+    let ways: Vec<Way> = vec![
+        (vec!["--uri".into(), uri.clone()], vec![]),
+        (
+            vec![
+                "--uri".into(),
+                no_pw_uri.clone(),
+                "-s".into(),
+                format!("password={PASSWORD}"),
+            ],
+            vec![],
+        ),
+        (
+            vec!["--uri".into(), no_pw_uri.clone()],
+            vec![("CLICKHOUSE_PASSWORD", PASSWORD)],
+        ),
+    ];
     let mut ran = 0;
-    for args in &commands {
-        // The password by URI, by setting, and by environment variable.
-        let ways: Vec<Way> = vec![
-            (vec!["--uri".into(), uri.clone()], vec![]),
-            (
-                vec![
-                    "--uri".into(),
-                    no_pw_uri.clone(),
-                    "-s".into(),
-                    format!("password={PASSWORD}"),
-                ],
-                vec![],
-            ),
-            (
-                vec!["--uri".into(), no_pw_uri.clone()],
-                vec![("CLICKHOUSE_PASSWORD", PASSWORD)],
-            ),
-        ];
-        for (prefix, env) in ways {
+    for (prefix, env) in &ways {
+        for (args, expected) in &commands {
             let mut command = Command::new(binary());
             command
                 .env_remove("MELTANO_STATE_BACKEND_URI")
                 .args(["--allow-loopback", "--log", LOG, "--component", &component])
-                .args(&prefix)
+                .args(prefix)
                 .args(args);
             for (k, v) in env {
                 command.env(k, v);
@@ -129,6 +141,11 @@ fn the_password_never_appears_in_cli_output_or_logs() {
                 "{}{}",
                 String::from_utf8_lossy(&output.stdout),
                 String::from_utf8_lossy(&output.stderr)
+            );
+            assert_eq!(
+                output.status.code(),
+                Some(*expected),
+                "{prefix:?} {args:?} ended unlike expected:\n{all}"
             );
             assert!(
                 !all.contains(PASSWORD),
