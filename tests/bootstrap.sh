@@ -5,9 +5,9 @@
 #   tests/bootstrap.sh test     # every test
 #   tests/bootstrap.sh          # install only
 #
-# Idempotent and quick when everything is already there: the Python venv (.venv, with chDB,
-# pytest, clickhouse-connect, Meltano, `just`, and this project's Meltano package installed
-# editable) is rebuilt only when requirements.txt or the package's pyproject.toml changes, and
+# Idempotent and quick when everything is already there: the Python venv (.venv, with chDB and
+# the compression libraries of the local ClickHouse, pytest, clickhouse-connect, Meltano, `just`,
+# and this project's Meltano package installed editable) is rebuilt only when requirements.txt or the package's pyproject.toml changes, and
 # the wasm32-wasip2 Rust target is added only when missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -2,8 +2,7 @@
 
 They talk to the server at $CLICKHOUSE_URL (default http://default:@127.0.0.1:8123), so the same
 tests run against any ClickHouse. A few tests start a private server of their own (to check its
-log for a password, or its limits); those are skipped unless the chDB engine is importable,
-that is, unless the project's venv runs them.
+log for a password, or its limits) with the project's venv, whatever CLICKHOUSE_URL says.
 """
 
 from __future__ import annotations
@@ -182,7 +181,6 @@ def stop_private_server(private: PrivateServer) -> None:
 @pytest.fixture()
 def private_server(tmp_path: Path):
     """A server of the test's own (see `start_private_server`)."""
-    pytest.importorskip("chdb")
     private = start_private_server(tmp_path)
     yield private
     stop_private_server(private)

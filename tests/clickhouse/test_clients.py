@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+import clickhouse_connect
 import pytest
+from clickhouse_connect.driver.exceptions import DatabaseError
 
 from conftest import Server
-
-clickhouse_connect = pytest.importorskip("clickhouse_connect")
-from clickhouse_connect.driver.exceptions import DatabaseError  # noqa: E402
 
 
 @pytest.fixture()

@@ -15,16 +15,16 @@ import lzma
 import struct
 import zlib
 
+import brotli
+import lz4.block as lz4_block
+import lz4.frame as lz4_frame
 import pytest
+from backports import zstd
+from clickhouse_cityhash import cityhash
 
 from conftest import Server
 from test_conformance import assert_error
 
-brotli = pytest.importorskip("brotli")
-lz4_block = pytest.importorskip("lz4.block")
-lz4_frame = pytest.importorskip("lz4.frame")
-zstd = pytest.importorskip("backports.zstd")
-cityhash = pytest.importorskip("clickhouse_cityhash.cityhash")
 
 ENCODERS = {
     "gzip": gzip.compress,

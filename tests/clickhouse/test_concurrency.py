@@ -177,7 +177,6 @@ def test_session_check_for_an_unknown_session(server: Server):
 # -- the local server's own limits -----------------------------------------------------------
 
 def test_a_full_pool_answers_too_many_simultaneous_queries(tmp_path):
-    pytest.importorskip("chdb")
     private = start_private_server(tmp_path, "--max-concurrent-queries", "2")
     srv = private.server
     barrier = threading.Barrier(3)
