@@ -4,8 +4,9 @@
 //! clickhouse://user:password@host:port/database[?secure=true]
 //! ```
 //! User and password are percent-decoded. Settings (`host`, `port`, `database`, `user`,
-//! `password`, `secure`, `schema`, `table`, `lock_timeout_seconds`, `lock_retry_seconds`) win
-//! over the URI. `secure` means https, on port 8443 unless a port is given.
+//! `password`, `secure`, `schema`, `table`, `lock_timeout_seconds`, `lock_retry_seconds`,
+//! `cluster`, ...: see [`SETTING_NAMES`]) win over the URI. `secure` means https, on port 8443
+//! unless a port is given.
 //!
 //! The host compiles this module natively too, so the authority it allows is exactly the one the
 //! guest will call.
@@ -53,6 +54,7 @@ pub const SETTING_NAMES: &[&str] = &[
     "lock_settle_seconds",
     "retries",
     "retry_backoff_seconds",
+    "cluster",
 ];
 /// Further tries of a request that failed transiently.
 pub const DEFAULT_RETRIES: u32 = 3;
@@ -118,6 +120,9 @@ pub struct Config {
     pub lock_settle_ms: u64,
     pub retries: u32,
     pub retry_backoff_ms: u64,
+    /// A self-managed replicated cluster (a name in `system.clusters`): the schema is created
+    /// `ON CLUSTER` it, with Replicated engines. None on one server and on ClickHouse Cloud.
+    pub cluster: Option<String>,
 }
 
 impl Config {
@@ -173,6 +178,7 @@ struct UriParts {
     lock_settle_ms: Option<u64>,
     retries: Option<u32>,
     retry_backoff_ms: Option<u64>,
+    cluster: Option<String>,
 }
 
 impl UriParts {
@@ -263,6 +269,7 @@ impl UriParts {
             "retry_backoff_seconds" => {
                 self.retry_backoff_ms = Some(parse_seconds(name, value, true)?);
             }
+            "cluster" => self.cluster = Some(value.trim().to_string()),
             "lock_mode" => {
                 self.lock_mode = Some(match value.trim().to_ascii_lowercase().as_str() {
                     "fenced" | "" => LockMode::Fenced,
@@ -316,6 +323,10 @@ impl UriParts {
         if table.len() > 190 {
             return Err(Error::InvalidConfig("table name is too long".into()));
         }
+        let cluster = self.cluster.filter(|c| !c.is_empty());
+        if let Some(cluster) = &cluster {
+            validate_identifier("cluster", cluster)?;
+        }
         Ok(Config {
             scheme,
             host,
@@ -332,6 +343,7 @@ impl UriParts {
             lock_settle_ms: self.lock_settle_ms.unwrap_or(DEFAULT_LOCK_SETTLE_MS),
             retries: self.retries.unwrap_or(DEFAULT_RETRIES),
             retry_backoff_ms: self.retry_backoff_ms.unwrap_or(DEFAULT_RETRY_BACKOFF_MS),
+            cluster,
         })
     }
 }

@@ -4,6 +4,7 @@
 //! natively, and the host reuses `config` to decide which authority the guest may reach.
 
 pub mod config;
+pub mod deployment;
 pub mod error;
 pub mod glob;
 pub mod http;

@@ -94,7 +94,17 @@ pub struct Statements {
     state: String,
     lock: String,
     log: String,
+    /// ` ON CLUSTER `name`` when the schema lives on a self-managed replicated cluster.
+    on_cluster: String,
+    replicated: bool,
+    /// The names the deployment check looks up (unquoted).
+    schema_name: String,
+    table_names: [String; 3],
 }
+
+/// Where a Replicated table keeps its replication log in Keeper: the server's default path,
+/// written out (`{uuid}` is one UUID for all replicas under ON CLUSTER).
+const REPLICA_PATH: &str = "'/clickhouse/tables/{uuid}/{shard}', '{replica}'";
 
 impl Statements {
     pub fn new(config: &Config) -> Self {
@@ -104,48 +114,118 @@ impl Statements {
             lock: format!("{schema}.{}", quote_identifier(&config.lock_table())),
             log: format!("{schema}.{}", quote_identifier(&config.lock_log_table())),
             schema,
+            on_cluster: config
+                .cluster
+                .as_deref()
+                .map(|c| format!(" ON CLUSTER {}", quote_identifier(c)))
+                .unwrap_or_default(),
+            replicated: config.cluster.is_some(),
+            schema_name: config.schema.clone(),
+            table_names: [
+                config.table.clone(),
+                config.lock_table(),
+                config.lock_log_table(),
+            ],
         }
     }
 
     // -- schema --
 
-    pub fn create_schema(&self) -> Query {
-        Query::new(format!("CREATE DATABASE IF NOT EXISTS {}", self.schema))
+    /// Everything `migrate` creates, in order. On one server and on ClickHouse Cloud the
+    /// statements are the same (Cloud makes every MergeTree a SharedMergeTree); with a
+    /// `cluster`, they run ON CLUSTER with Replicated engines, so every replica has the tables
+    /// and they share their rows.
+    pub fn migration(&self) -> Vec<Query> {
+        vec![
+            self.create_schema(),
+            self.create_state_table(),
+            self.create_lock_table(),
+            self.create_lock_log_table(),
+        ]
     }
 
-    /// Exactly the original backend's table, so tables it created work unchanged.
-    pub fn create_state_table(&self) -> Query {
+    /// `engine` with its arguments, Replicated on a cluster.
+    fn engine(&self, engine: &str, args: &str) -> String {
+        match (self.replicated, args.is_empty()) {
+            (false, true) => engine.to_string(),
+            (false, false) => format!("{engine}({args})"),
+            (true, true) => format!("Replicated{engine}({REPLICA_PATH})"),
+            (true, false) => format!("Replicated{engine}({REPLICA_PATH}, {args})"),
+        }
+    }
+
+    pub fn create_schema(&self) -> Query {
         Query::new(format!(
-            "CREATE TABLE IF NOT EXISTS {} (state_id String, partial_state Nullable(String), \
-             completed_state Nullable(String), updated_at DateTime64(3) DEFAULT now64(3)) \
-             ENGINE = ReplacingMergeTree(updated_at) ORDER BY state_id",
-            self.state
+            "CREATE DATABASE IF NOT EXISTS {}{}",
+            self.schema, self.on_cluster
         ))
     }
 
-    /// Exactly the original backend's lock table.
+    /// The original backend's table (on one server exactly, so tables it created work
+    /// unchanged).
+    pub fn create_state_table(&self) -> Query {
+        Query::new(format!(
+            "CREATE TABLE IF NOT EXISTS {}{} (state_id String, partial_state Nullable(String), \
+             completed_state Nullable(String), updated_at DateTime64(3) DEFAULT now64(3)) \
+             ENGINE = {} ORDER BY state_id",
+            self.state,
+            self.on_cluster,
+            self.engine("ReplacingMergeTree", "updated_at")
+        ))
+    }
+
+    /// The original backend's lock table.
     pub fn create_lock_table(&self) -> Query {
         Query::new(format!(
-            "CREATE TABLE IF NOT EXISTS {} (state_id String, lock_id String, \
-             locked_at DateTime DEFAULT now()) ENGINE = ReplacingMergeTree(locked_at) \
+            "CREATE TABLE IF NOT EXISTS {}{} (state_id String, lock_id String, \
+             locked_at DateTime DEFAULT now()) ENGINE = {} \
              ORDER BY state_id TTL locked_at + INTERVAL 300 SECOND",
-            self.lock
+            self.lock,
+            self.on_cluster,
+            self.engine("ReplacingMergeTree", "locked_at")
         ))
     }
 
     /// The fenced protocol's append-only lock log. Plain MergeTree, so no merge ever collapses
     /// rows; every row is unique (state id, generation, event, owner). Deduplication by token
-    /// (on by default on replicated and Cloud tables; switched on here for a single server) makes
-    /// a retried insert land once.
+    /// (on by default on replicated and Cloud tables, atomic across replicas; switched on here
+    /// for a single server) makes a retried insert land once.
     pub fn create_lock_log_table(&self) -> Query {
+        let settings = if self.replicated {
+            ""
+        } else {
+            " SETTINGS non_replicated_deduplication_window = 10000"
+        };
         Query::new(format!(
-            "CREATE TABLE IF NOT EXISTS {} (state_id String, generation UInt64, \
+            "CREATE TABLE IF NOT EXISTS {}{} (state_id String, generation UInt64, \
              event Enum8('acquire' = 1, 'renew' = 2, 'release' = 3, 'force' = 4), \
              owner String, at_ms UInt64, until_ms UInt64, floor_ms UInt64) \
-             ENGINE = MergeTree ORDER BY (state_id, generation, event, owner) \
-             SETTINGS non_replicated_deduplication_window = 10000",
-            self.log
+             ENGINE = {} ORDER BY (state_id, generation, event, owner){settings}",
+            self.log,
+            self.on_cluster,
+            self.engine("MergeTree", "")
         ))
+    }
+
+    /// What the deployment check needs, in one row: the engines of this store's tables, whether
+    /// the server is configured as a replica (a `replica` macro), and the clusters it knows
+    /// with their largest replica count. `{"tables": [[name, engine]], "replica_macro",
+    /// "clusters": [[name, replicas]]}`.
+    pub fn deployment(&self) -> Query {
+        Query::new(
+            "SELECT (SELECT groupArray(tuple(name, engine)) FROM system.tables \
+             WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String})) AS tables, \
+             (SELECT count() FROM system.macros WHERE macro = 'replica') > 0 AS replica_macro, \
+             (SELECT groupArray(tuple(cluster, replicas)) FROM (SELECT cluster, max(replica_num) AS replicas \
+             FROM system.clusters GROUP BY cluster ORDER BY cluster)) AS clusters \
+             FORMAT JSONEachRow"
+                .to_string(),
+        )
+        .param("schema", self.schema_name.clone())
+        .param("t0", self.table_names[0].clone())
+        .param("t1", self.table_names[1].clone())
+        .param("t2", self.table_names[2].clone())
+        .json()
     }
 
     // -- states --
@@ -441,6 +521,54 @@ mod tests {
                 .sql
                 .contains("`meltano`.`my_state_lock`")
         );
+    }
+
+    #[test]
+    fn the_schema_per_deployment_kind() {
+        // One server and ClickHouse Cloud: the original backend's DDL (Cloud makes it Shared).
+        let single: Vec<String> = statements()
+            .migration()
+            .into_iter()
+            .map(|q| q.sql)
+            .collect();
+        assert_eq!(single.len(), 4);
+        assert!(
+            single
+                .iter()
+                .all(|s| !s.contains("ON CLUSTER") && !s.contains("Replicated"))
+        );
+        assert!(single[1].contains("ENGINE = ReplacingMergeTree(updated_at) ORDER BY state_id"));
+        assert!(single[3].contains("non_replicated_deduplication_window"));
+        // A self-managed cluster: ON CLUSTER, Replicated engines on one Keeper path per table.
+        let config = Config::parse(
+            "clickhouse://u@h/db",
+            &[("cluster".to_string(), "prod".to_string())],
+        )
+        .unwrap();
+        let cluster: Vec<String> = Statements::new(&config)
+            .migration()
+            .into_iter()
+            .map(|q| q.sql)
+            .collect();
+        assert_eq!(
+            cluster[0],
+            "CREATE DATABASE IF NOT EXISTS `meltano` ON CLUSTER `prod`"
+        );
+        assert!(
+            cluster
+                .iter()
+                .all(|s| s.contains(" ON CLUSTER `prod` ") || s.ends_with(" ON CLUSTER `prod`"))
+        );
+        assert!(cluster[1].contains(
+            "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', updated_at)"
+        ));
+        assert!(cluster[2].contains(
+            "ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', locked_at)"
+        ));
+        assert!(cluster[3].contains(
+            "ENGINE = ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') ORDER BY"
+        ));
+        assert!(!cluster[3].contains("non_replicated_deduplication_window"));
     }
 
     #[test]

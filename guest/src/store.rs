@@ -1,12 +1,13 @@
 //! The operations of the contract, as plain Rust over a [`Transport`] and a [`Host`].
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::{Config, LockMode};
+use crate::deployment::{self, Kind, Observed};
 use crate::error::{Error, LockInfo, Result};
 use crate::glob;
 use crate::http::{Client, Transport};
@@ -54,6 +55,8 @@ pub struct Store<T, H> {
     /// The generations this instance released last, per state id: the next acquire of the same
     /// id tries to claim the following generation without reading first.
     pub(crate) released: RefCell<HashMap<String, crate::lock::fenced::Newest>>,
+    /// The deployment check passed (see `deployment`); it runs once per instance.
+    checked: Cell<bool>,
 }
 
 #[derive(Deserialize)]
@@ -96,6 +99,7 @@ impl<T: Transport, H: Host> Store<T, H> {
             config,
             host,
             released: RefCell::new(HashMap::new()),
+            checked: Cell::new(false),
         })
     }
 
@@ -107,6 +111,13 @@ impl<T: Transport, H: Host> Store<T, H> {
     /// Meltano never calls `migrate` for a new backend, and a table the Python backend created
     /// may lack its lock tables.
     pub(crate) fn run(&self, query: &Query) -> Result<Vec<u8>> {
+        if !self.checked.get() {
+            self.check_deployment()?;
+        }
+        self.run_checked(query)
+    }
+
+    fn run_checked(&self, query: &Query) -> Result<Vec<u8>> {
         let mut migrated = false;
         let mut attempt = 0u32;
         loop {
@@ -143,12 +154,54 @@ impl<T: Transport, H: Host> Store<T, H> {
         }
     }
 
+    /// Creates what is missing of the schema (every statement is `IF NOT EXISTS`), then checks
+    /// that the tables suit the deployment: tables an operator created work as they are.
     pub fn migrate(&self) -> Result<()> {
-        self.client.execute(&self.sql.create_schema())?;
-        self.client.execute(&self.sql.create_state_table())?;
-        self.client.execute(&self.sql.create_lock_table())?;
-        self.client.execute(&self.sql.create_lock_log_table())?;
-        Ok(())
+        for statement in self.sql.migration() {
+            self.client.execute(&statement)?;
+        }
+        match self.check_deployment()? {
+            Kind::Missing => Err(Error::InvalidConfig(format!(
+                "{}.{} were created but the server does not list them in system.tables",
+                self.config.schema, self.config.table
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Looks at what the tables and the server are, once per instance; refuses a deployment
+    /// that would split the state (see `deployment`). A user who may not read the system
+    /// tables gets a warning, not a refusal.
+    fn check_deployment(&self) -> Result<Kind> {
+        let body = match self.run_checked(&self.sql.deployment()) {
+            Ok(body) => body,
+            // ACCESS_DENIED on the system tables (or a wrong password, which the next query
+            // reports again).
+            Err(Error::Unauthorized(e)) => {
+                self.host.log(
+                    Level::Warn,
+                    &format!("cannot check the deployment (the tables' engines): {e}"),
+                );
+                self.checked.set(true);
+                return Ok(Kind::Missing);
+            }
+            Err(e) => return Err(e),
+        };
+        let observed: Observed = match json_lines(&body).next() {
+            Some(line) => parse_row(line)?,
+            None => Observed::default(),
+        };
+        let kind = deployment::check(&self.config, &observed)?;
+        self.host.log(
+            Level::Debug,
+            &format!(
+                "deployment of {}.{}: {kind:?}",
+                self.config.schema, self.config.table
+            ),
+        );
+        // Missing tables are created on first use, and `migrate` checks them then.
+        self.checked.set(true);
+        Ok(kind)
     }
 
     pub fn get(&self, state_id: &str) -> Result<Option<State>> {

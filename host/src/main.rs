@@ -36,7 +36,7 @@ struct Cli {
     uri: String,
 
     /// A setting that overrides the URI: host, port, database, user, password, secure, schema,
-    /// table, lock_timeout_seconds, lock_retry_seconds (repeatable)
+    /// table, cluster, lock_timeout_seconds, lock_retry_seconds (repeatable)
     #[arg(long = "setting", short = 's', value_name = "NAME=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
 
@@ -142,8 +142,14 @@ enum Command {
     /// Break the lock of an id, whoever holds it (for operators); its holder's fenced writes
     /// can no longer overwrite newer state
     Unlock { state_id: String },
-    /// Create the schema if it is missing (runs on first use anyway)
-    Migrate,
+    /// Create the schema if it is missing (runs on first use anyway), then check that its
+    /// tables suit the deployment (one server, ClickHouse Cloud, or a cluster: `-s cluster=NAME`)
+    Migrate {
+        /// Print the DDL for these settings instead of running it (nothing is sent), e.g. for
+        /// an operator who creates the schema: `state-backend -s cluster=prod migrate --print`
+        #[arg(long)]
+        print: bool,
+    },
     /// Serve requests as JSON lines on stdin/stdout with one long-lived instance (the bridge
     /// for Meltano's Python process)
     Serve {
@@ -272,9 +278,12 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
         },
         ..RuntimeOptions::default()
     };
-    let runtime = Runtime::load(&component, options)?;
     let env = settings::from_env(|var| std::env::var(var).ok());
     let all_settings = settings::layered(env, cli.settings.clone());
+    if let Command::Migrate { print: true } = cli.command {
+        return print_migration(&cli.uri, &all_settings);
+    }
+    let runtime = Runtime::load(&component, options)?;
     let mut backend = runtime.open(&cli.uri, all_settings).await?;
     if let Command::Serve { .. } = cli.command {
         serve::serve_stdio(backend).await?;
@@ -422,11 +431,31 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
         Command::Compile { .. } | Command::Serve { .. } => Err(Failure::Usage(
             "this command does not run as a single operation".into(),
         )),
-        Command::Migrate => {
+        Command::Migrate { .. } => {
             backend.migrate().await?;
             Ok(json!({"migrated": true}))
         }
     }
+}
+
+/// The DDL `migrate` would run with these settings, as SQL text on stdout.
+fn print_migration(uri: &str, settings: &[(String, String)]) -> Result<Value, Failure> {
+    let config = clickhouse_state::config::Config::parse(uri, settings)
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let kind = match &config.cluster {
+        Some(cluster) => format!("a self-managed replicated cluster ('{cluster}')"),
+        None => "one server or ClickHouse Cloud (which makes each table Shared)".to_string(),
+    };
+    let mut out = std::io::stdout().lock();
+    let statements = clickhouse_state::sql::Statements::new(&config).migration();
+    let text = statements
+        .iter()
+        .map(|q| format!("{};\n", q.sql))
+        .collect::<Vec<_>>()
+        .join("\n");
+    writeln!(out, "-- The schema for {kind}.\n{text}")
+        .map_err(|e| Failure::Usage(format!("cannot write the output: {e}")))?;
+    Ok(Value::Null)
 }
 
 fn compile(component: &std::path::Path, output: Option<PathBuf>) -> Result<Value, Failure> {

@@ -38,6 +38,7 @@ fn every_command_has_help() {
     assert!(help(&["set"]).contains("--input-file"));
     assert!(help(&["clear"]).contains("--all"));
     assert!(help(&["list"]).contains("--pattern"));
+    assert!(help(&["migrate"]).contains("--print"));
 }
 
 #[test]

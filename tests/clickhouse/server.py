@@ -70,12 +70,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--max-sessions", type=int, default=100, metavar="N",
         help="named HTTP sessions (session_id) open at once (default 100)",
     )
+    parser.add_argument(
+        "--config", metavar="XML",
+        help="a ClickHouse server configuration file for the engine, e.g. <remote_servers> and "
+        "<macros> that make it look like one replica of a cluster (the deployment tests use it)",
+    )
     parser.add_argument("--quiet", action="store_true", help="log only warnings and errors")
     args = parser.parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost"):
         parser.error(f"refusing to bind {args.host!r}: this server binds 127.0.0.1 only")
     if not 0 < args.port < 65536:
         parser.error(f"bad port {args.port}")
+    if args.config and not os.path.isfile(args.config):
+        parser.error(f"no configuration file {args.config!r}")
     if args.max_concurrent_queries < 1 or args.max_sessions < 1:
         parser.error("--max-concurrent-queries and --max-sessions must be at least 1")
     for name in args.init_db:
@@ -95,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         os.path.abspath(args.data),
         max_queries=args.max_concurrent_queries,
         max_sessions=args.max_sessions,
+        config=os.path.abspath(args.config) if args.config else None,
     )
     for name in args.init_db:
         with engine.connection() as conn:

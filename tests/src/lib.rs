@@ -224,10 +224,16 @@ pub struct LocalServer {
     pub password: String,
     pub dir: std::path::PathBuf,
     pub log: std::path::PathBuf,
+    extra_args: Vec<String>,
 }
 
 impl LocalServer {
     pub fn start(user: &str, password: &str) -> LocalServer {
+        Self::start_with(user, password, &[])
+    }
+
+    /// With more arguments for `server.py`, e.g. `--config cluster.xml`.
+    pub fn start_with(user: &str, password: &str, extra_args: &[&str]) -> LocalServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -244,6 +250,7 @@ impl LocalServer {
             password: password.to_string(),
             log: dir.join("server.log"),
             dir,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
         server.resume();
         server
@@ -272,6 +279,7 @@ impl LocalServer {
             .args(["--port", &self.port.to_string(), "--user", &self.user])
             .arg("--data")
             .arg(self.dir.join("data"))
+            .args(&self.extra_args)
             .env("LOCAL_CLICKHOUSE_PASSWORD", &self.password)
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)

@@ -554,3 +554,47 @@ fn serve_answers_json_lines_with_one_instance() {
     assert!(server.wait().unwrap().success());
     assert_eq!(cli.ok(&["lock-info", "s"])["locked"], false);
 }
+
+#[test]
+fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
+    // An unreachable port: printing must not connect.
+    let print = |extra: &[&str]| {
+        let output = Command::new(binary())
+            .env_remove("MELTANO_STATE_BACKEND_URI")
+            .args(["--uri", "clickhouse://u:Secret-pw@127.0.0.1:1/default"])
+            .args(extra)
+            .args(["migrate", "--print"])
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{}", stderr(&output));
+        let text = String::from_utf8(output.stdout).expect("utf-8");
+        assert!(!text.contains("Secret-pw"));
+        text
+    };
+    let single = print(&[]);
+    assert!(single.starts_with("-- The schema for one server or ClickHouse Cloud"));
+    assert_eq!(single.matches(";\n").count(), 4, "{single}");
+    assert!(single.contains("ENGINE = ReplacingMergeTree(updated_at) ORDER BY state_id;"));
+    assert!(!single.contains("ON CLUSTER"));
+    let cluster = print(&["-s", "cluster=prod", "-s", "table=t"]);
+    assert!(cluster.contains("a self-managed replicated cluster ('prod')"));
+    assert!(cluster.contains("CREATE DATABASE IF NOT EXISTS `meltano` ON CLUSTER `prod`;"));
+    assert!(cluster.contains("`meltano`.`t_lock_log` ON CLUSTER `prod`"));
+    assert_eq!(
+        cluster.matches("ENGINE = Replicated").count(),
+        3,
+        "{cluster}"
+    );
+    // a bad cluster name is bad input
+    let output = Command::new(binary())
+        .env_remove("MELTANO_STATE_BACKEND_URI")
+        .args(["-s", "cluster=a;b", "migrate", "--print"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("cluster name"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -371,13 +371,14 @@ class Engine:
     """The chDB engine of this process, what it knows (version, error codes, settings), and
     the connections to it."""
 
-    def __init__(self, data_dir: str, *, max_queries: int, max_sessions: int):
+    def __init__(self, data_dir: str, *, max_queries: int, max_sessions: int, config: str | None = None):
         import chdb  # imported here so `--help` works without the venv
 
         self._chdb = chdb
-        self._data_dir = data_dir
+        # chDB passes connection-string parameters to the engine as start-up arguments.
+        self._data_dir = f"{data_dir}?config-file={config}" if config else data_dir
         self.codes = ErrorCodes({})
-        first = Connection(self, chdb.connect(data_dir))
+        first = Connection(self, chdb.connect(self._data_dir))
         self.version = first.scalar("SELECT version()")
         self.timezone = first.scalar("SELECT timezone()")
         rows = first.rows("SELECT number, errorCodeToName(number) FROM numbers(2000)")

@@ -62,6 +62,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         secure: bool | None = None,
         schema: str | None = None,
         table: str | None = None,
+        cluster: str | None = None,
         ca_bundle: str | None = None,
         allow_loopback: bool | None = None,
         **kwargs: t.Any,
@@ -76,6 +77,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
             "secure": secure,
             "schema": schema,
             "table": table,
+            "cluster": cluster,
         }
         self.config = HostConfig(
             uri=uri,

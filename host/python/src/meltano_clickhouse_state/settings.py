@@ -41,6 +41,12 @@ SECURE = _setting(
 )
 SCHEMA = _setting("schema", SettingKind.STRING, "Database that holds the state tables (default: meltano)")
 TABLE = _setting("table", SettingKind.STRING, "State table name (default: state)")
+CLUSTER = _setting(
+    "cluster",
+    SettingKind.STRING,
+    "A self-managed replicated cluster (a name in system.clusters): the tables are created ON "
+    "CLUSTER with Replicated engines. Leave unset on one server and on ClickHouse Cloud",
+)
 CA_BUNDLE = _setting(
     "ca_bundle",
     SettingKind.STRING,

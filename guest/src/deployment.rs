@@ -1,0 +1,227 @@
+//! Where the tables live, and whether that is safe: one server, ClickHouse Cloud, or a
+//! self-managed replicated cluster.
+//!
+//! The danger is a silent split. A plain (Replacing)MergeTree created on one replica of a
+//! cluster behind a load balancer exists on that replica only; another replica either has no
+//! such table or a table of its own, so state appears and vanishes with the balancer and the
+//! lock excludes nothing. So at first use the store looks at what its tables are
+//! (`system.tables`) and what the server is (`system.macros`, `system.clusters`), and refuses a
+//! plain table on a server configured as a replica unless told it is fine.
+//!
+//! Pure decisions on what the server reported; `Store` runs the query.
+
+use serde::Deserialize;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// What kind of deployment the tables are on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// The tables do not exist yet (they are created on first use).
+    Missing,
+    /// Plain MergeTree-family tables on a server that is not configured as a replica.
+    SingleServer,
+    /// SharedMergeTree-family tables: ClickHouse Cloud.
+    Cloud,
+    /// ReplicatedMergeTree-family tables on a self-managed cluster.
+    Replicated,
+}
+
+/// The deployment check's one row (see `sql::Statements::deployment`).
+#[derive(Debug, Deserialize, Default)]
+pub struct Observed {
+    /// (table name, engine) of this store's tables that exist.
+    pub tables: Vec<(String, String)>,
+    /// The server has a `replica` macro: it is set up as a replica of replicated tables.
+    pub replica_macro: u8,
+    /// (cluster name, largest replica number) of the clusters the server knows.
+    pub clusters: Vec<(String, u64)>,
+}
+
+/// The engine family, by the name `system.tables` gives.
+fn family(engine: &str) -> Kind {
+    if engine.starts_with("Shared") {
+        Kind::Cloud
+    } else if engine.starts_with("Replicated") {
+        Kind::Replicated
+    } else {
+        Kind::SingleServer
+    }
+}
+
+/// Decides whether this store may use its tables as they are.
+pub fn check(config: &Config, observed: &Observed) -> Result<Kind> {
+    if let Some(cluster) = &config.cluster
+        && !observed.clusters.iter().any(|(name, _)| name == cluster)
+    {
+        let known: Vec<&str> = observed.clusters.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(Error::InvalidConfig(format!(
+            "cluster '{cluster}' is not defined on the server (system.clusters has: {})",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    let mut kinds = observed.tables.iter().map(|(_, engine)| family(engine));
+    let Some(kind) = kinds.next() else {
+        return Ok(Kind::Missing);
+    };
+    if let Some(other) = kinds.find(|k| *k != kind) {
+        return Err(Error::InvalidConfig(format!(
+            "the tables of {}.{} mix engine families ({}): {kind:?} and {other:?}; \
+             recreate them alike (see `state-backend migrate --print`)",
+            config.schema,
+            config.table,
+            describe(&observed.tables)
+        )));
+    }
+    match kind {
+        Kind::SingleServer if config.cluster.is_some() => Err(Error::InvalidConfig(format!(
+            "the 'cluster' setting is '{}' but {}.{} are plain tables ({}) that live on one \
+             replica only; create them ON CLUSTER with Replicated engines (see \
+             `state-backend migrate --print`), or drop the setting on a single server",
+            config.cluster.as_deref().unwrap_or_default(),
+            config.schema,
+            config.table,
+            describe(&observed.tables)
+        ))),
+        Kind::SingleServer if observed.replica_macro != 0 => Err(Error::InvalidConfig(format!(
+            "{}.{} are plain tables ({}) on a server set up as a replica (it has a 'replica' \
+             macro): each replica behind a load balancer would keep its own state and its own \
+             locks. Set the 'cluster' setting to the cluster's name ({}) and create the tables \
+             ON CLUSTER with Replicated engines (`state-backend -s cluster=NAME migrate`, after \
+             dropping the plain tables), or create them yourself (see `migrate --print`)",
+            config.schema,
+            config.table,
+            describe(&observed.tables),
+            cluster_names(observed)
+        ))),
+        kind => Ok(kind),
+    }
+}
+
+fn describe(tables: &[(String, String)]) -> String {
+    tables
+        .iter()
+        .map(|(name, engine)| format!("{name}: {engine}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn cluster_names(observed: &Observed) -> String {
+    let replicated: Vec<&str> = observed
+        .clusters
+        .iter()
+        .filter(|(_, replicas)| *replicas > 1)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if replicated.is_empty() {
+        "see system.clusters".to_string()
+    } else {
+        format!("with more than one replica here: {}", replicated.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(cluster: Option<&str>) -> Config {
+        let mut settings = vec![];
+        if let Some(c) = cluster {
+            settings.push(("cluster".to_string(), c.to_string()));
+        }
+        Config::parse("clickhouse://u@h/db", &settings).expect("valid")
+    }
+
+    fn observed(engines: &[&str], replica_macro: bool, clusters: &[(&str, u64)]) -> Observed {
+        let names = ["state", "state_lock", "state_lock_log"];
+        Observed {
+            tables: engines
+                .iter()
+                .zip(names)
+                .map(|(e, n)| (n.to_string(), e.to_string()))
+                .collect(),
+            replica_macro: replica_macro as u8,
+            clusters: clusters.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+        }
+    }
+
+    fn refused(config: &Config, observed: &Observed) -> String {
+        match check(config, observed) {
+            Err(Error::InvalidConfig(m)) => m,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kinds_by_engine() {
+        let one = ["ReplacingMergeTree", "ReplacingMergeTree", "MergeTree"];
+        assert_eq!(
+            check(&config(None), &observed(&one, false, &[("default", 1)])).unwrap(),
+            Kind::SingleServer
+        );
+        let cloud = [
+            "SharedReplacingMergeTree",
+            "SharedReplacingMergeTree",
+            "SharedMergeTree",
+        ];
+        // Cloud servers have replicas and macros; the engine is what counts.
+        assert_eq!(
+            check(&config(None), &observed(&cloud, true, &[("default", 3)])).unwrap(),
+            Kind::Cloud
+        );
+        let replicated = [
+            "ReplicatedReplacingMergeTree",
+            "ReplicatedReplacingMergeTree",
+            "ReplicatedMergeTree",
+        ];
+        assert_eq!(
+            check(
+                &config(Some("c")),
+                &observed(&replicated, true, &[("c", 2)])
+            )
+            .unwrap(),
+            Kind::Replicated
+        );
+        // tables an operator created Replicated are fine without the setting too
+        assert_eq!(
+            check(&config(None), &observed(&replicated, true, &[("c", 2)])).unwrap(),
+            Kind::Replicated
+        );
+        assert_eq!(
+            check(&config(None), &observed(&[], true, &[("c", 2)])).unwrap(),
+            Kind::Missing
+        );
+    }
+
+    #[test]
+    fn a_plain_table_on_a_replica_is_refused_naming_the_fix() {
+        let plain = ["ReplacingMergeTree", "ReplacingMergeTree", "MergeTree"];
+        let m = refused(
+            &config(None),
+            &observed(&plain, true, &[("default", 1), ("two_replicas", 2)]),
+        );
+        assert!(m.contains("'cluster' setting"), "{m}");
+        assert!(m.contains("two_replicas"), "{m}");
+        assert!(m.contains("state: ReplacingMergeTree"), "{m}");
+        // with the setting, plain tables are refused too: they were made before it
+        let m = refused(&config(Some("c")), &observed(&plain, true, &[("c", 2)]));
+        assert!(m.contains("plain tables"), "{m}");
+    }
+
+    #[test]
+    fn an_unknown_cluster_or_mixed_engines_are_refused() {
+        let m = refused(&config(Some("nope")), &observed(&[], false, &[("a", 1)]));
+        assert!(
+            m.contains("cluster 'nope' is not defined") && m.contains("has: a"),
+            "{m}"
+        );
+        let mixed = ["ReplicatedReplacingMergeTree", "ReplacingMergeTree"];
+        let m = refused(&config(None), &observed(&mixed, false, &[]));
+        assert!(m.contains("mix engine families"), "{m}");
+    }
+}
