@@ -55,6 +55,9 @@ pub struct Store<T, H> {
     /// The generations this instance released last, per state id: the next acquire of the same
     /// id tries to claim the following generation without reading first.
     pub(crate) released: RefCell<HashMap<String, crate::lock::fenced::Newest>>,
+    /// Claims this instance made whose read-back failed, per state id: the claim may have won,
+    /// so the next try looks in the log whether it did (see `lock::fenced`).
+    pub(crate) in_doubt: RefCell<HashMap<String, LockHandle>>,
     /// The deployment check passed (see `deployment`); it runs once per instance.
     checked: Cell<bool>,
 }
@@ -99,6 +102,7 @@ impl<T: Transport, H: Host> Store<T, H> {
             config,
             host,
             released: RefCell::new(HashMap::new()),
+            in_doubt: RefCell::new(HashMap::new()),
             checked: Cell::new(false),
         })
     }

@@ -701,3 +701,99 @@ async fn every_1024th_grant_prunes_old_generations_of_its_id_only() {
     assert_eq!(other.token, 1024);
     b.release(other).await.unwrap();
 }
+
+// -- a claim whose read-back is lost ---------------------------------------------------------
+
+/// Loses the answer to the first read that follows this instance's first lock-log insert: the
+/// read-back of its first claim. The claim itself lands.
+#[derive(Default)]
+struct LoseFirstReadBack {
+    claimed: AtomicBool,
+    lost: AtomicBool,
+}
+
+impl Interceptor for LoseFirstReadBack {
+    fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Duration> {
+        None
+    }
+
+    fn fault(
+        &self,
+        _method: &http::Method,
+        uri: &http::Uri,
+    ) -> Option<integration_tests::state_host::faults::Fault> {
+        let query = uri.query().unwrap_or("");
+        if query.contains("INSERT") && query.contains("_lock_log") {
+            self.claimed.store(true, Ordering::SeqCst);
+            return None;
+        }
+        (self.claimed.load(Ordering::SeqCst) && !self.lost.swap(true, Ordering::SeqCst))
+            .then_some(integration_tests::state_host::faults::Fault::ResetBeforeResponse)
+    }
+}
+
+async fn losing_read_back(
+    timeline: &Timeline,
+    table: &TestTable,
+    extra: &[(&str, &str)],
+) -> (Backend, Arc<LoseFirstReadBack>) {
+    let lose = Arc::new(LoseFirstReadBack::default());
+    let interceptor: Arc<dyn Interceptor> = lose.clone();
+    let mut settings = vec![("retries", "0")];
+    settings.extend_from_slice(extra);
+    let backend = timeline
+        .open_with(
+            table,
+            &settings,
+            InstanceOptions {
+                interceptor: Some(interceptor),
+                ..InstanceOptions::default()
+            },
+        )
+        .await;
+    (backend, lose)
+}
+
+#[tokio::test]
+async fn a_claim_whose_read_back_was_lost_is_found_to_have_won() {
+    let timeline = Timeline::real();
+    let table = TestTable::new("doubt");
+    let mut other = timeline
+        .open(&table, &[("lock_timeout_seconds", "5")])
+        .await;
+    other.migrate().await.unwrap();
+    let (mut a, lose) = losing_read_back(&timeline, &table, &[]).await;
+    // The read-back fails (and is not retried): the claim is in doubt, and the next try reads
+    // the log and finds it won.
+    let lock = a
+        .acquire_lock("s")
+        .await
+        .expect("the claim in doubt had won");
+    assert!(lose.lost.load(Ordering::SeqCst), "the read-back was lost");
+    assert_eq!(lock.token, 1);
+    a.release(lock).await.unwrap();
+    let next = other.acquire_lock("s").await.expect("free again at once");
+    assert_eq!(next.token, 2);
+    other.release(next).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_claim_in_doubt_is_released_when_its_instance_gives_up() {
+    let timeline = Timeline::real();
+    let table = TestTable::new("doubt_give_up");
+    let mut other = timeline
+        .open(&table, &[("lock_timeout_seconds", "5")])
+        .await;
+    other.migrate().await.unwrap();
+    // No time to try again: the instance gives up with its claim in doubt.
+    let (mut a, lose) = losing_read_back(&timeline, &table, &[("lock_timeout_seconds", "0")]).await;
+    assert!(matches!(a.acquire_lock("s").await, Err(Error::Locked(_))));
+    assert!(lose.lost.load(Ordering::SeqCst), "the read-back was lost");
+    // The claim had won; giving up released it, so nobody waits out its 300 s lease.
+    let lock = other
+        .acquire_lock("s")
+        .await
+        .expect("the id is not blocked by the abandoned claim");
+    assert_eq!(lock.token, 2);
+    other.release(lock).await.unwrap();
+}

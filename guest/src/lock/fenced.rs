@@ -61,6 +61,15 @@ impl Newest {
             || now_ms > self.lease_until_ms
     }
 
+    /// Whether this is the grant `claim` asked for: the same generation, held by its owner, and
+    /// still open.
+    fn is_claim_of(&self, claim: &LockHandle) -> bool {
+        self.generation == claim.token
+            && self.owner == claim.owner
+            && self.released == 0
+            && self.forced == 0
+    }
+
     /// The lowest version the next grant may write: above anything this grant could write.
     fn next_floor(&self) -> u64 {
         if self.generation == 0 {
@@ -126,6 +135,11 @@ pub(crate) fn attempt<T: Transport, H: Host>(
     state_id: &str,
     with_state: bool,
 ) -> Result<Attempt> {
+    // A claim of ours whose read-back failed may have won: the log says whether it did.
+    let doubt = store.in_doubt.borrow_mut().remove(state_id);
+    if let Some(doubt) = doubt {
+        return resolve_doubt(store, state_id, doubt, with_state);
+    }
     // Fast path: this instance released the newest generation itself (Meltano's pattern: one
     // process, one state id, an update per STATE message), so claim the next one without
     // reading first. If anyone else got there, the claim loses and the full path runs.
@@ -168,7 +182,43 @@ fn claim<T: Transport, H: Host>(
         },
         &format!("acquire/{generation}/{state_id}"),
     )?;
-    let body = store.run(&store.sql.log_claims(state_id, generation, with_state))?;
+    let body = match store.run(&store.sql.log_claims(state_id, generation, with_state)) {
+        Ok(body) => body,
+        // The claim is in the log or not, and nobody knows which: if it won, the id would stay
+        // locked for a whole lease by a holder that does not know it holds it. Keep it, so that
+        // the next try (after the usual pause) reads the log and takes the grant if it is ours.
+        Err(e) if e.is_transient() => {
+            store.host.log(
+                Level::Warn,
+                &format!(
+                    "the read-back of a claim on {state_id:?} (token {generation}) failed: {e}"
+                ),
+            );
+            let handle = LockHandle {
+                state_id: state_id.to_string(),
+                owner: owner.clone(),
+                token: generation,
+                acquired_at_ms: now,
+                lease_until_ms: lease_until,
+                floor_ms: floor,
+                last_written_ms: 0,
+                mode: LockMode::Fenced,
+            };
+            let info = LockInfo {
+                state_id: state_id.to_string(),
+                owner: format!("unknown (this instance's claim {owner} is in doubt)"),
+                token: generation,
+                acquired_at_ms: now,
+                expires_at_ms: lease_until,
+            };
+            store
+                .in_doubt
+                .borrow_mut()
+                .insert(state_id.to_string(), handle);
+            return Ok(Attempt::Held(info));
+        }
+        Err(e) => return Err(e),
+    };
     let mut claims: Vec<Claim> = body
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
@@ -223,6 +273,68 @@ fn claim<T: Transport, H: Host>(
             },
         },
     ))
+}
+
+/// Decides a claim in doubt from the log: ours if the newest generation is the claimed one, held
+/// by us, neither released nor forced, and its lease still runs. Otherwise the usual path.
+fn resolve_doubt<T: Transport, H: Host>(
+    store: &Store<T, H>,
+    state_id: &str,
+    doubt: LockHandle,
+    with_state: bool,
+) -> Result<Attempt> {
+    let current = match newest(store, state_id) {
+        Ok(current) => current,
+        Err(e) => {
+            store
+                .in_doubt
+                .borrow_mut()
+                .insert(state_id.to_string(), doubt);
+            return Err(e);
+        }
+    };
+    let now = store.host.now_ms();
+    if current.is_claim_of(&doubt) && now <= doubt.lease_until_ms {
+        store.host.log(
+            Level::Info,
+            &format!(
+                "the claim in doubt on {state_id:?} (token {}) had won",
+                doubt.token
+            ),
+        );
+        return Ok(Attempt::Granted(doubt, Prefetch::NotFetched));
+    }
+    if !current.is_free(now) {
+        return Ok(Attempt::Held(current.info(state_id)));
+    }
+    claim(store, state_id, &current, with_state)
+}
+
+/// When a lock is given up with a claim still in doubt: if the claim won, release it, so that
+/// the id is not blocked for a lease by a holder that never knew. Best effort.
+pub(crate) fn withdraw_doubt<T: Transport, H: Host>(store: &Store<T, H>, state_id: &str) {
+    let Some(doubt) = store.in_doubt.borrow_mut().remove(state_id) else {
+        return;
+    };
+    let outcome = newest(store, state_id).and_then(|current| {
+        if current.is_claim_of(&doubt) {
+            release(store, &doubt).map(|()| true)
+        } else {
+            Ok(false)
+        }
+    });
+    let message = match outcome {
+        Ok(true) => format!(
+            "released the claim in doubt on {state_id:?} (token {})",
+            doubt.token
+        ),
+        Ok(false) => return,
+        Err(e) => format!(
+            "could not settle the claim in doubt on {state_id:?} (token {}); it ends with its lease: {e}",
+            doubt.token
+        ),
+    };
+    store.host.log(Level::Warn, &message);
 }
 
 pub(crate) fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHandle) -> Result<()> {
@@ -384,6 +496,35 @@ mod tests {
         assert!(newest(false, false, 1_000, 0, 0).is_free(1_001));
         assert!(newest(true, false, 1_000, 0, 0).is_free(500));
         assert!(newest(false, true, 1_000, 0, 0).is_free(500));
+    }
+
+    #[test]
+    fn a_claim_in_doubt_is_ours_only_if_it_is_the_open_newest_grant() {
+        let claim = LockHandle {
+            state_id: "s".into(),
+            owner: "o".into(),
+            token: 3,
+            acquired_at_ms: 100,
+            lease_until_ms: 1_000,
+            floor_ms: 0,
+            last_written_ms: 0,
+            mode: LockMode::Fenced,
+        };
+        assert!(newest(false, false, 1_000, 0, 0).is_claim_of(&claim));
+        assert!(
+            !newest(true, false, 1_000, 0, 0).is_claim_of(&claim),
+            "released"
+        );
+        assert!(
+            !newest(false, true, 1_000, 0, 0).is_claim_of(&claim),
+            "forced"
+        );
+        let mut other = newest(false, false, 1_000, 0, 0);
+        other.owner = "someone else".into();
+        assert!(!other.is_claim_of(&claim), "another owner won");
+        let mut later = newest(false, false, 1_000, 0, 0);
+        later.generation = 4;
+        assert!(!later.is_claim_of(&claim), "a later generation");
     }
 
     #[test]

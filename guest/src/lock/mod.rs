@@ -85,6 +85,9 @@ pub fn acquire_reading<T: Transport, H: Host>(
         };
         let now = store.host.now_ms();
         if now >= deadline {
+            if config.lock_mode == LockMode::Fenced {
+                fenced::withdraw_doubt(store, state_id);
+            }
             return Err(Error::Locked(holder));
         }
         // Jitter (80-120 %) keeps contenders from retrying in lockstep.
