@@ -182,6 +182,16 @@ fn claim<T: Transport, H: Host>(
         },
         &format!("acquire/{generation}/{state_id}"),
     )?;
+    let handle = LockHandle {
+        state_id: state_id.to_string(),
+        owner: owner.clone(),
+        token: generation,
+        acquired_at_ms: now,
+        lease_until_ms: lease_until,
+        floor_ms: floor,
+        last_written_ms: 0,
+        mode: LockMode::Fenced,
+    };
     let body = match store.run(&store.sql.log_claims(state_id, generation, with_state)) {
         Ok(body) => body,
         // The claim is in the log or not, and nobody knows which: if it won, the id would stay
@@ -194,16 +204,6 @@ fn claim<T: Transport, H: Host>(
                     "the read-back of a claim on {state_id:?} (token {generation}) failed: {e}"
                 ),
             );
-            let handle = LockHandle {
-                state_id: state_id.to_string(),
-                owner: owner.clone(),
-                token: generation,
-                acquired_at_ms: now,
-                lease_until_ms: lease_until,
-                floor_ms: floor,
-                last_written_ms: 0,
-                mode: LockMode::Fenced,
-            };
             let info = LockInfo {
                 state_id: state_id.to_string(),
                 owner: format!("unknown (this instance's claim {owner} is in doubt)"),
@@ -240,19 +240,7 @@ fn claim<T: Transport, H: Host>(
         } else {
             Prefetch::NotFetched
         };
-        return Ok(Attempt::Granted(
-            LockHandle {
-                state_id: state_id.to_string(),
-                owner,
-                token: generation,
-                acquired_at_ms: now,
-                lease_until_ms: lease_until,
-                floor_ms: floor,
-                last_written_ms: 0,
-                mode: LockMode::Fenced,
-            },
-            prefetch,
-        ));
+        return Ok(Attempt::Granted(handle, prefetch));
     }
     // Someone else claimed this generation first (or a newer one exists): report them.
     Ok(Attempt::Held(
