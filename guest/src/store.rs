@@ -307,9 +307,15 @@ impl<T: Transport, H: Host> Store<T, H> {
         self.write(std::slice::from_ref(state), version)
     }
 
+    /// Deletes the state as it is now: the versions up to the newest one read here. A retry of
+    /// the delete (its answer lost) cannot remove a state written after it.
     pub fn delete(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
-        self.run(&self.sql.delete(state_id)).map(drop)
+        let stored = self.read_version(&self.sql.version_of(state_id))?;
+        if stored == 0 {
+            return Ok(()); // nothing stored
+        }
+        self.run(&self.sql.delete_up_to(state_id, stored)).map(drop)
     }
 
     pub fn clear(&self, state_id: &str) -> Result<()> {

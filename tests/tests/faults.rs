@@ -6,6 +6,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use integration_tests::state_host::egress::Interceptor;
 
 use integration_tests::state_host::faults::FaultSchedule;
 use integration_tests::state_host::{Error, InstanceOptions, State};
@@ -230,4 +234,84 @@ async fn a_failed_release_leaves_a_lock_that_expires_with_its_lease() {
         json(&other.get("s").await.unwrap().unwrap().partial),
         json(r#"{"a":1,"b":2}"#)
     );
+}
+
+/// Runs the first DELETE and loses its answer, then holds its retry back a while: long enough
+/// for another client to write in between.
+#[derive(Default)]
+struct LoseFirstDeleteAnswer {
+    deletes_sent: std::sync::atomic::AtomicUsize,
+    deletes_faulted: std::sync::atomic::AtomicUsize,
+    retry_held: std::sync::atomic::AtomicBool,
+}
+
+/// Deletes (and only they) wait for their mutation to finish on every replica.
+fn is_delete(uri: &http::Uri) -> bool {
+    uri.query().unwrap_or("").contains("mutations_sync=2")
+}
+
+impl Interceptor for LoseFirstDeleteAnswer {
+    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
+        if !is_delete(uri) || self.deletes_sent.fetch_add(1, Ordering::SeqCst) != 1 {
+            return None;
+        }
+        self.retry_held.store(true, Ordering::SeqCst);
+        Some(Duration::from_millis(1500))
+    }
+
+    fn fault(
+        &self,
+        _method: &http::Method,
+        uri: &http::Uri,
+    ) -> Option<integration_tests::state_host::faults::Fault> {
+        (is_delete(uri) && self.deletes_faulted.fetch_add(1, Ordering::SeqCst) == 0)
+            .then_some(integration_tests::state_host::faults::Fault::ResetBeforeResponse)
+    }
+}
+
+#[tokio::test]
+async fn a_delete_retried_after_its_answer_was_lost_spares_a_newer_state() {
+    let table = TestTable::new("delete_retry");
+    let mut writer = table.open().await;
+    writer
+        .set(&State::completed("s", r#"{"v":"old"}"#))
+        .await
+        .unwrap();
+    let lose = Arc::new(LoseFirstDeleteAnswer::default());
+    let interceptor: Arc<dyn Interceptor> = lose.clone();
+    let mut deleter = runtime()
+        .open_with(
+            &table.target.uri(),
+            table.with(&[("retries", "2"), ("retry_backoff_seconds", "0.05")]),
+            InstanceOptions {
+                interceptor: Some(interceptor),
+                ..InstanceOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let deleting = tokio::spawn(async move { deleter.delete("s").await });
+    // The delete ran and its answer was lost; its retry waits. Another client writes now.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !lose.retry_held.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the delete was never retried"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    writer
+        .set(&State::completed("s", r#"{"v":"new"}"#))
+        .await
+        .unwrap();
+    deleting
+        .await
+        .unwrap()
+        .expect("the delete succeeds after its retry");
+    let state = writer
+        .get("s")
+        .await
+        .unwrap()
+        .expect("the state written after the delete survives its retry");
+    assert_eq!(json(&state.completed)["v"], "new");
 }
