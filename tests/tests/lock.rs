@@ -797,3 +797,74 @@ async fn a_claim_in_doubt_is_released_when_its_instance_gives_up() {
     assert_eq!(lock.token, 2);
     other.release(lock).await.unwrap();
 }
+
+// -- a renewal that lands after the lease ----------------------------------------------------
+
+/// Holds back this instance's second lock-log insert (its renewal) for `delay`.
+struct SlowRenewal {
+    inserts: AtomicUsize,
+    delay: Duration,
+}
+
+impl Interceptor for SlowRenewal {
+    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
+        let query = uri.query().unwrap_or("");
+        let lock_insert = query.contains("INSERT") && query.contains("_lock_log");
+        (lock_insert && self.inserts.fetch_add(1, Ordering::SeqCst) == 1).then_some(self.delay)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_that_lands_after_a_contender_took_over_is_not_adopted() {
+    let timeline = Timeline::real();
+    let table = TestTable::new("late_renew");
+    let lease = [("lock_lease_seconds", "10")];
+    let slow = Arc::new(SlowRenewal {
+        inserts: AtomicUsize::new(0),
+        delay: Duration::from_secs(3),
+    });
+    let interceptor: Arc<dyn Interceptor> = slow.clone();
+    let mut holder = timeline
+        .open_with(
+            &table,
+            &lease,
+            InstanceOptions {
+                interceptor: Some(interceptor),
+                ..InstanceOptions::default()
+            },
+        )
+        .await;
+    holder.migrate().await.unwrap();
+    let lock = holder.acquire_lock("s").await.unwrap();
+    let mut contender = timeline.open(&table, &lease).await;
+    // The contender waits for the lock and writes as soon as it has it.
+    let contending = tokio::spawn(async move {
+        let lock = contender.acquire_lock("s").await.expect("acquire");
+        contender
+            .set_locked(&State::completed("s", r#"{"by":"contender"}"#), &lock)
+            .await
+            .expect("the contender writes");
+        (contender, lock)
+    });
+    // The holder renews late in its lease (8 s of 10, past neither the 1 s margin nor its
+    // check), and its renew row is held back 3 s: it lands after the lease ended and the
+    // contender took the next generation.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let renewed = holder.renew(&lock).await;
+    let (mut contender, next) = contending.await.unwrap();
+    assert_eq!(next.token, lock.token + 1);
+    assert!(
+        matches!(renewed, Err(Error::LockLost(_))),
+        "the late renewal was adopted: {renewed:?}"
+    );
+    // The old holder's lease was not extended: its write is refused, the contender's stays.
+    assert!(matches!(
+        holder
+            .set_locked(&State::completed("s", r#"{"by":"old holder"}"#), &lock)
+            .await,
+        Err(Error::LockLost(_))
+    ));
+    let state = contender.get("s").await.unwrap().unwrap();
+    assert_eq!(json(&state.completed)["by"], "contender");
+    contender.release(next).await.unwrap();
+}

@@ -385,6 +385,11 @@ pub(crate) fn renew<T: Transport, H: Host>(
             lock.token, until, lock.owner, lock.state_id
         ),
     )?;
+    // The renew row can land after the lease ended and a contender took the next generation
+    // (this holder stalled, or its clock is behind). Adopting the new lease then would let
+    // this holder's writes inside it skip the log check and overwrite the newer holder's
+    // state; so the lease moves only if the grant is still the newest after the row landed.
+    confirm_held(store, lock)?;
     lock.lease_until_ms = until;
     Ok(())
 }
