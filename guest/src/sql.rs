@@ -397,8 +397,9 @@ impl Statements {
         .deciding()
     }
 
-    /// Who asked for generation `generation` of an id, and the newest generation now:
-    /// `{"owner", "at_ms", "until_ms", "newest"}` per acquire row. With `with_state`, each row
+    /// Who asked for generation `generation` of an id, the newest generation now, and the lease
+    /// end of the generation before it as the log has it now (renewals included):
+    /// `{"owner", "at_ms", "until_ms", "newest", "previous_until"}` per acquire row. With `with_state`, each row
     /// also carries the stored state of the id (`"stored": [[partial, completed, version]]`, or
     /// `[]`), so that `update` reads it in the same round trip that confirms its claim.
     pub fn log_claims(&self, state_id: &str, generation: u64, with_state: bool) -> Query {
@@ -414,13 +415,16 @@ impl Statements {
         };
         Query::new(format!(
             "SELECT owner, at_ms, until_ms, \
-             (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) AS newest{stored} \
+             (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) AS newest, \
+             (SELECT maxIf(until_ms, event IN ('acquire', 'renew')) FROM {log} \
+             WHERE state_id = {{id:String}} AND generation = {{previous:UInt64}}) AS previous_until{stored} \
              FROM {log} WHERE state_id = {{id:String}} AND generation = {{generation:UInt64}} \
              AND event = 'acquire' FORMAT JSONEachRow",
             log = self.log
         ))
         .param("id", state_id)
         .param("generation", generation.to_string())
+        .param("previous", generation.saturating_sub(1).to_string())
         .json()
         .deciding()
     }

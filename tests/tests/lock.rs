@@ -179,17 +179,30 @@ async fn contention_8x50_virtual_time() {
     contention(Timeline::virtual_time(), "contend_virtual", 8, 50).await;
 }
 
-/// Holds back the first lock-log insert of one instance.
-struct SlowFirstLockInsert {
+/// Holds back this instance's `nth` lock-log insert (0-based) for `delay`.
+struct SlowNthLockInsert {
+    inserts: AtomicUsize,
+    nth: usize,
     delay: Duration,
-    done: AtomicBool,
 }
 
-impl Interceptor for SlowFirstLockInsert {
+impl Interceptor for SlowNthLockInsert {
     fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
         let query = uri.query().unwrap_or("");
-        let is_lock_insert = query.contains("INSERT") && query.contains("_lock_log");
-        (is_lock_insert && !self.done.swap(true, Ordering::SeqCst)).then_some(self.delay)
+        let lock_insert = query.contains("INSERT") && query.contains("_lock_log");
+        (lock_insert && self.inserts.fetch_add(1, Ordering::SeqCst) == self.nth)
+            .then_some(self.delay)
+    }
+}
+
+fn slow_nth_insert(nth: usize, delay: Duration) -> InstanceOptions {
+    InstanceOptions {
+        interceptor: Some(Arc::new(SlowNthLockInsert {
+            inserts: AtomicUsize::new(0),
+            nth,
+            delay,
+        })),
+        ..InstanceOptions::default()
     }
 }
 
@@ -197,10 +210,11 @@ async fn slow_insert(timeline: Timeline, label: &str) {
     let table = TestTable::new(label);
     let timeline = Arc::new(timeline);
     let sections = Arc::new(Sections::default());
-    let slow = Arc::new(SlowFirstLockInsert {
+    let slow = Arc::new(SlowNthLockInsert {
+        inserts: AtomicUsize::new(0),
+        nth: 0,
         // Past any settle window and past several other grants.
         delay: Duration::from_secs(3),
-        done: AtomicBool::new(false),
     });
     let mut tasks = Vec::new();
     for who in 0..4 {
@@ -222,7 +236,10 @@ async fn slow_insert(timeline: Timeline, label: &str) {
     for task in tasks {
         task.await.expect("task");
     }
-    assert!(slow.done.load(Ordering::SeqCst), "the delay was applied");
+    assert!(
+        slow.inserts.load(Ordering::SeqCst) > 0,
+        "the delay was applied"
+    );
     assert_eq!(sections.entries(), 40);
     assert_eq!(sections.overlaps(), 0);
 }
@@ -800,39 +817,14 @@ async fn a_claim_in_doubt_is_released_when_its_instance_gives_up() {
 
 // -- a renewal that lands after the lease ----------------------------------------------------
 
-/// Holds back this instance's second lock-log insert (its renewal) for `delay`.
-struct SlowRenewal {
-    inserts: AtomicUsize,
-    delay: Duration,
-}
-
-impl Interceptor for SlowRenewal {
-    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
-        let query = uri.query().unwrap_or("");
-        let lock_insert = query.contains("INSERT") && query.contains("_lock_log");
-        (lock_insert && self.inserts.fetch_add(1, Ordering::SeqCst) == 1).then_some(self.delay)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_renewal_that_lands_after_a_contender_took_over_is_not_adopted() {
     let timeline = Timeline::real();
     let table = TestTable::new("late_renew");
     let lease = [("lock_lease_seconds", "10")];
-    let slow = Arc::new(SlowRenewal {
-        inserts: AtomicUsize::new(0),
-        delay: Duration::from_secs(3),
-    });
-    let interceptor: Arc<dyn Interceptor> = slow.clone();
+    // The holder's second lock-log insert is its renewal.
     let mut holder = timeline
-        .open_with(
-            &table,
-            &lease,
-            InstanceOptions {
-                interceptor: Some(interceptor),
-                ..InstanceOptions::default()
-            },
-        )
+        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(3)))
         .await;
     holder.migrate().await.unwrap();
     let lock = holder.acquire_lock("s").await.unwrap();
@@ -867,4 +859,54 @@ async fn a_renewal_that_lands_after_a_contender_took_over_is_not_adopted() {
     let state = contender.get("s").await.unwrap().unwrap();
     assert_eq!(json(&state.completed)["by"], "contender");
     contender.release(next).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_gives_way_to_a_renewal_that_landed_before_it() {
+    // The other order of the renew race: the contender reads the log while the holder's
+    // renewal is in flight, the renewal lands and the holder checks the log, and only then does
+    // the contender's claim land. The holder rightly believes it holds the lock (nothing newer
+    // was in the log when it checked), so the contender must not get it.
+    let timeline = Timeline::real();
+    let table = TestTable::new("renew_first");
+    let lease = [("lock_lease_seconds", "10")];
+    let mut holder = timeline
+        .open_with(
+            &table,
+            &lease,
+            slow_nth_insert(1, Duration::from_millis(2500)),
+        )
+        .await;
+    holder.migrate().await.unwrap();
+    let mut lock = holder.acquire_lock("s").await.unwrap();
+    let acquired = Instant::now();
+    // At 8.5 s of 10 the holder renews; its renew row lands at about 11 s.
+    tokio::time::sleep(Duration::from_millis(8500)).await;
+    let renewing = tokio::spawn(async move {
+        let renewed = holder.renew(&lock).await;
+        (holder, lock, renewed)
+    });
+    // At 10.1 s the contender reads the log (the lease has ended, no renewal is in yet); its
+    // claim is held back 2 s, so it lands after the renewal and the holder's check.
+    tokio::time::sleep(Duration::from_millis(10_100).saturating_sub(acquired.elapsed())).await;
+    let mut contender = timeline
+        .open_with(
+            &table,
+            &[("lock_lease_seconds", "10"), ("lock_timeout_seconds", "4")],
+            slow_nth_insert(0, Duration::from_secs(2)),
+        )
+        .await;
+    let contended = contender.acquire_lock("s").await;
+    let (mut holder, renewed_lock, renewed) = renewing.await.unwrap();
+    lock = renewed_lock;
+    renewed.expect("the renewal landed before any newer claim");
+    assert!(
+        matches!(contended, Err(Error::Locked(_))),
+        "the contender got the lock the renewed holder holds: {contended:?}"
+    );
+    // The holder keeps working inside its renewed lease.
+    holder
+        .set_locked(&State::completed("s", r#"{"by":"holder"}"#), &lock)
+        .await
+        .expect("the renewed holder writes");
 }

@@ -101,6 +101,8 @@ struct Claim {
     until_ms: u64,
     newest: u64,
     #[serde(default)]
+    previous_until: u64,
+    #[serde(default)]
     stored: Vec<StoredRow>,
 }
 
@@ -224,7 +226,27 @@ fn claim<T: Transport, H: Host>(
         .filter(|l| !l.is_empty())
         .map(parse)
         .collect::<Result<_>>()?;
-    let mine = claims.iter().all(|c| c.owner == owner)
+    // The generation this claim replaces was free because its lease had ended. If its holder's
+    // renewal landed since (it stalled, or its clock is behind), that holder may have checked
+    // the log before this claim landed and gone on: the claim loses, and stays in the log until
+    // its own lease ends, so that neither this instance nor a third takes the id while the
+    // renewed holder works (the holder finds the newer generation at its next check).
+    let renewed_since = current.released == 0
+        && current.forced == 0
+        && claims
+            .first()
+            .is_some_and(|c| c.previous_until > current.lease_until_ms);
+    if renewed_since {
+        store.host.log(
+            Level::Info,
+            &format!(
+                "the claim on {state_id:?} (token {generation}) gives way to a renewal of token {}",
+                current.generation
+            ),
+        );
+    }
+    let mine = !renewed_since
+        && claims.iter().all(|c| c.owner == owner)
         && claims.first().is_some_and(|c| c.newest == generation);
     if mine {
         if generation.is_multiple_of(PRUNE_EVERY) {
@@ -241,6 +263,11 @@ fn claim<T: Transport, H: Host>(
             Prefetch::NotFetched
         };
         return Ok(Attempt::Granted(handle, prefetch));
+    }
+    if renewed_since {
+        let mut info = current.info(state_id);
+        info.expires_at_ms = claims.first().map_or(0, |c| c.previous_until);
+        return Ok(Attempt::Held(info));
     }
     // Someone else claimed this generation first (or a newer one exists): report them.
     Ok(Attempt::Held(
