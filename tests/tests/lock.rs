@@ -821,10 +821,10 @@ async fn a_claim_in_doubt_is_released_when_its_instance_gives_up() {
 async fn a_renewal_that_lands_after_a_contender_took_over_is_not_adopted() {
     let timeline = Timeline::real();
     let table = TestTable::new("late_renew");
-    let lease = [("lock_lease_seconds", "10")];
+    let lease = [("lock_lease_seconds", "20")];
     // The holder's second lock-log insert is its renewal.
     let mut holder = timeline
-        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(3)))
+        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(6)))
         .await;
     holder.migrate().await.unwrap();
     let lock = holder.acquire_lock("s").await.unwrap();
@@ -838,10 +838,10 @@ async fn a_renewal_that_lands_after_a_contender_took_over_is_not_adopted() {
             .expect("the contender writes");
         (contender, lock)
     });
-    // The holder renews late in its lease (8 s of 10, past neither the 1 s margin nor its
-    // check), and its renew row is held back 3 s: it lands after the lease ended and the
+    // The holder renews late in its lease (16 s of 20, before the 2 s margin and its check),
+    // and its renew row is held back 6 s: it lands after the lease ended and the
     // contender took the next generation.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    tokio::time::sleep(Duration::from_secs(16)).await;
     let renewed = holder.renew(&lock).await;
     let (mut contender, next) = contending.await.unwrap();
     assert_eq!(next.token, lock.token + 1);
@@ -869,31 +869,27 @@ async fn a_claim_gives_way_to_a_renewal_that_landed_before_it() {
     // was in the log when it checked), so the contender must not get it.
     let timeline = Timeline::real();
     let table = TestTable::new("renew_first");
-    let lease = [("lock_lease_seconds", "10")];
+    let lease = [("lock_lease_seconds", "20")];
     let mut holder = timeline
-        .open_with(
-            &table,
-            &lease,
-            slow_nth_insert(1, Duration::from_millis(2500)),
-        )
+        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(5)))
         .await;
     holder.migrate().await.unwrap();
     let mut lock = holder.acquire_lock("s").await.unwrap();
     let acquired = Instant::now();
-    // At 8.5 s of 10 the holder renews; its renew row lands at about 11 s.
-    tokio::time::sleep(Duration::from_millis(8500)).await;
+    // At 17 s of 20 the holder renews; its renew row lands at about 22 s.
+    tokio::time::sleep(Duration::from_secs(17)).await;
     let renewing = tokio::spawn(async move {
         let renewed = holder.renew(&lock).await;
         (holder, lock, renewed)
     });
-    // At 10.1 s the contender reads the log (the lease has ended, no renewal is in yet); its
-    // claim is held back 2 s, so it lands after the renewal and the holder's check.
-    tokio::time::sleep(Duration::from_millis(10_100).saturating_sub(acquired.elapsed())).await;
+    // At 20.1 s the contender reads the log (the lease has ended, no renewal is in yet); its
+    // claim is held back 3 s, so it lands after the renewal and the holder's check.
+    tokio::time::sleep(Duration::from_millis(20_100).saturating_sub(acquired.elapsed())).await;
     let mut contender = timeline
         .open_with(
             &table,
-            &[("lock_lease_seconds", "10"), ("lock_timeout_seconds", "4")],
-            slow_nth_insert(0, Duration::from_secs(2)),
+            &[("lock_lease_seconds", "20"), ("lock_timeout_seconds", "5")],
+            slow_nth_insert(0, Duration::from_secs(3)),
         )
         .await;
     let contended = contender.acquire_lock("s").await;
