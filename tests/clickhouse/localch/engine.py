@@ -173,11 +173,11 @@ class Pool:
     server at `max_concurrent_queries` does; it does not queue.
     """
 
-    def __init__(self, engine: "Engine", size: int):
+    def __init__(self, engine: "Engine", size: int, first: Connection):
         self._engine = engine
         self.size = size
-        self._idle: list[Connection] = []
-        self._open = 0
+        self._idle: list[Connection] = [first]  # the engine's first connection, already open
+        self._open = 1
         self._lock = threading.Lock()
         # The most queries that ran at once (the log reports it at exit).
         self.peak_busy = 0
@@ -213,10 +213,6 @@ class Pool:
         conn.close()
         with self._lock:
             self._open -= 1
-
-    def busy(self) -> int:
-        with self._lock:
-            return self._open - len(self._idle)
 
     def close(self) -> None:
         with self._lock:
@@ -355,10 +351,6 @@ class Sessions:
         if session is not None and session.conn is not None:
             session.conn.close()
 
-    def count(self) -> int:
-        with self._lock:
-            return len(self._sessions)
-
     def close(self) -> None:
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
@@ -387,9 +379,7 @@ class Engine:
         # than to the profile default.
         self.baseline = dict(first.rows("SELECT name, value FROM system.settings WHERE changed"))
         self.defaults = dict(first.rows("SELECT name, value FROM system.settings"))
-        self.pool = Pool(self, max_queries)
-        self.pool._open = 1
-        self.pool.release(first, healthy=True)
+        self.pool = Pool(self, max_queries, first)
         self.sessions = Sessions(self, max_sessions)
 
     def connect(self) -> Connection:
