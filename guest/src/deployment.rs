@@ -14,9 +14,10 @@ use serde::Deserialize;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::sql::Role;
 
 /// What kind of deployment the tables are on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// The tables do not exist yet (they are created on first use).
     Missing,
@@ -37,6 +38,75 @@ pub struct Observed {
     pub replica_macro: u8,
     /// (cluster name, largest replica number) of the clusters the server knows.
     pub clusters: Vec<(String, u64)>,
+    /// The server knows the `deduplicate_insert` setting (newer releases; it supersedes
+    /// `insert_deduplicate`).
+    #[serde(default)]
+    pub dedup_setting: u8,
+}
+
+/// The settings each role of query carries on a deployment, so that every deciding read sees
+/// every acknowledged write, and a retried insert lands once:
+///
+/// | kind | inserts | deciding reads |
+/// |---|---|---|
+/// | one server | synchronous, deduplicated | (sequential consistency: no effect) |
+/// | ClickHouse Cloud | synchronous, deduplicated | sequential consistency: the replica refreshes its parts from Keeper first |
+/// | replicated cluster | synchronous, deduplicated, quorum of a majority, quorum inserts linearized | sequential consistency: reads see every quorum insert, or fail (retried) |
+///
+/// Deletes wait for every replica everywhere. Every setting is sent with each query, so a
+/// server's or profile's defaults (such as `async_insert = 1`, the default since 26.3) change
+/// nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Consistency {
+    pub kind: Kind,
+    /// Send `deduplicate_insert` too (only where the server knows it: an unknown setting is an
+    /// error).
+    pub deduplicate_insert: bool,
+}
+
+impl Consistency {
+    /// Before the tables are seen: what the configuration says they will be.
+    pub fn assumed(config: &Config) -> Self {
+        Consistency {
+            kind: if config.cluster.is_some() {
+                Kind::Replicated
+            } else {
+                Kind::SingleServer
+            },
+            deduplicate_insert: false,
+        }
+    }
+
+    /// After the deployment check: what the tables are (or will be, when missing).
+    pub fn observed(config: &Config, kind: Kind, observed: &Observed) -> Self {
+        Consistency {
+            kind: match kind {
+                Kind::Missing => Consistency::assumed(config).kind,
+                kind => kind,
+            },
+            deduplicate_insert: observed.dedup_setting != 0,
+        }
+    }
+
+    pub fn settings(&self, role: Role) -> Vec<(&'static str, &'static str)> {
+        match role {
+            Role::Read | Role::Mutation => vec![],
+            Role::Deciding => vec![("select_sequential_consistency", "1")],
+            Role::Insert => {
+                let mut settings = vec![("async_insert", "0"), ("insert_deduplicate", "1")];
+                if self.deduplicate_insert {
+                    settings.push(("deduplicate_insert", "enable"));
+                }
+                if self.kind == Kind::Replicated {
+                    // Acknowledged once a majority of replicas hold the block, and linearized,
+                    // which is what `select_sequential_consistency` needs to see it.
+                    settings.push(("insert_quorum", "auto"));
+                    settings.push(("insert_quorum_parallel", "0"));
+                }
+                settings
+            }
+        }
+    }
 }
 
 /// The engine family, by the name `system.tables` gives.
@@ -147,6 +217,7 @@ mod tests {
                 .collect(),
             replica_macro: replica_macro as u8,
             clusters: clusters.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+            dedup_setting: 0,
         }
     }
 
@@ -223,5 +294,52 @@ mod tests {
         let mixed = ["ReplicatedReplacingMergeTree", "ReplacingMergeTree"];
         let m = refused(&config(None), &observed(&mixed, false, &[]));
         assert!(m.contains("mix engine families"), "{m}");
+    }
+
+    #[test]
+    fn inserts_ask_for_what_each_kind_needs_and_deciding_reads_are_consistent() {
+        let settings = |kind, dedup, role| {
+            Consistency {
+                kind,
+                deduplicate_insert: dedup,
+            }
+            .settings(role)
+        };
+        for kind in [Kind::SingleServer, Kind::Cloud, Kind::Replicated] {
+            let insert = settings(kind, false, Role::Insert);
+            assert!(insert.contains(&("async_insert", "0")), "{kind:?}");
+            assert!(insert.contains(&("insert_deduplicate", "1")), "{kind:?}");
+            assert!(!insert.iter().any(|(n, _)| *n == "deduplicate_insert"));
+            let insert = settings(kind, true, Role::Insert);
+            assert!(
+                insert.contains(&("deduplicate_insert", "enable")),
+                "{kind:?}"
+            );
+            assert_eq!(
+                settings(kind, false, Role::Deciding),
+                vec![("select_sequential_consistency", "1")]
+            );
+            assert!(settings(kind, true, Role::Read).is_empty());
+            let quorum = insert.contains(&("insert_quorum", "auto"))
+                && insert.contains(&("insert_quorum_parallel", "0"));
+            // sequential consistency covers only linearized quorum inserts on Replicated
+            // tables; Cloud and one server need no quorum
+            assert_eq!(quorum, kind == Kind::Replicated, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn before_the_tables_are_seen_the_configuration_decides() {
+        assert_eq!(Consistency::assumed(&config(None)).kind, Kind::SingleServer);
+        assert_eq!(
+            Consistency::assumed(&config(Some("c"))).kind,
+            Kind::Replicated
+        );
+        let seen = observed(&[], true, &[("c", 2)]);
+        let c = Consistency::observed(&config(Some("c")), Kind::Missing, &seen);
+        assert_eq!(c.kind, Kind::Replicated);
+        // operator-made Replicated tables count without the setting
+        let c = Consistency::observed(&config(None), Kind::Replicated, &seen);
+        assert_eq!(c.kind, Kind::Replicated);
     }
 }

@@ -42,8 +42,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// ClickHouse error codes worth another try: TOO_MANY_SIMULTANEOUS_QUERIES, SOCKET_TIMEOUT,
 /// TABLE_IS_READ_ONLY, TOO_MANY_PARTS, UNKNOWN_STATUS_OF_INSERT, TIMEOUT_EXCEEDED,
-/// KEEPER_EXCEPTION, ALL_CONNECTION_TRIES_FAILED, NETWORK_ERROR, MEMORY_LIMIT_EXCEEDED.
-const TRANSIENT_CODES: &[i32] = &[202, 209, 242, 252, 319, 159, 999, 279, 210, 241];
+/// KEEPER_EXCEPTION, ALL_CONNECTION_TRIES_FAILED, NETWORK_ERROR, MEMORY_LIMIT_EXCEEDED, and the
+/// quorum's: TOO_FEW_LIVE_REPLICAS, UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE (another quorum
+/// insert is pending), REPLICA_IS_NOT_IN_QUORUM (this replica lacks the last quorum insert yet).
+const TRANSIENT_CODES: &[i32] = &[
+    202, 209, 242, 252, 319, 159, 999, 279, 210, 241, 285, 286, 289,
+];
 
 impl Error {
     /// Failures that another try may not see: the network, the server's load, a restart.
@@ -107,7 +111,7 @@ mod tests {
     fn transient_and_permanent_failures() {
         assert!(Error::Unreachable("refused".into()).is_transient());
         assert!(Error::Timeout("slow".into()).is_transient());
-        for code in [202, 209, 242, 252, 319] {
+        for code in [202, 209, 242, 252, 319, 285, 286, 289] {
             assert!(server(code, "X").is_transient(), "{code}");
         }
         assert!(server(0, "HTTP_503").is_transient());

@@ -81,7 +81,12 @@ impl<T: Transport> Client<T> {
 
     /// Runs a query; returns the response body.
     pub fn execute(&self, query: &Query) -> Result<Vec<u8>> {
-        let request = self.request(query);
+        self.execute_with(query, &[])
+    }
+
+    /// Runs a query with more settings (the deployment's, see `deployment::Consistency`).
+    pub fn execute_with(&self, query: &Query, settings: &[(&str, &str)]) -> Result<Vec<u8>> {
+        let request = self.request(query, settings);
         let response = self
             .transport
             .send(request)
@@ -89,10 +94,13 @@ impl<T: Transport> Client<T> {
         self.check(response)
     }
 
-    fn request(&self, query: &Query) -> Request {
+    fn request(&self, query: &Query, settings: &[(&str, &str)]) -> Request {
         let mut url = form_urlencoded::Serializer::new(String::from("/?"));
         url.append_pair("database", &self.database);
         url.append_pair("wait_end_of_query", "1");
+        for (name, value) in settings {
+            url.append_pair(name, value);
+        }
         for (name, value) in &query.settings {
             url.append_pair(name, value);
         }
@@ -346,10 +354,18 @@ mod tests {
         let transport = canned(200, &[], "");
         let client = Client::new(&config(), &transport);
         let q = crate::sql::Statements::new(&config()).insert_states(b"{\"x\":1}\n".to_vec(), "t");
-        client.execute(&q).expect("ok");
+        client
+            .execute_with(&q, &[("async_insert", "0")])
+            .expect("ok");
         let request = &transport.seen.borrow()[0];
         assert!(request.path_and_query.contains("query=INSERT"));
+        // the deployment's settings and the query's own
         assert!(request.path_and_query.contains("async_insert=0"));
+        assert!(
+            request
+                .path_and_query
+                .contains("insert_deduplication_token=t")
+        );
         assert_eq!(&*request.body, b"{\"x\":1}\n");
     }
 

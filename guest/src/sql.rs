@@ -17,6 +17,25 @@ pub struct Query {
     pub settings: Vec<(&'static str, String)>,
     /// INSERT data. When present, the SQL travels in the URL and this in the body.
     pub data: Option<std::rc::Rc<[u8]>>,
+    /// What the query does: the deployment adds the settings this role needs there (see
+    /// `deployment::Consistency`).
+    pub role: Role,
+}
+
+/// What a query does, as far as consistency goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// A read whose answer decides nothing (listing, counting, the schema check).
+    #[default]
+    Read,
+    /// A read that decides something (who holds a lock, what to merge into): it must see every
+    /// acknowledged write.
+    Deciding,
+    /// An INSERT: acknowledged only once stored where deciding reads see it, deduplicated by
+    /// its token when retried.
+    Insert,
+    /// A DELETE or TRUNCATE.
+    Mutation,
 }
 
 impl Query {
@@ -26,6 +45,7 @@ impl Query {
             params: Vec::new(),
             settings: Vec::new(),
             data: None,
+            role: Role::Read,
         }
     }
 
@@ -39,9 +59,23 @@ impl Query {
         self
     }
 
-    /// Settings every write carries: synchronous inserts, so success means stored.
-    fn write(self) -> Self {
-        self.setting("async_insert", "0")
+    fn role(mut self, role: Role) -> Self {
+        self.role = role;
+        self
+    }
+
+    /// An INSERT; `token` names the logical write, so that a retry of it lands once.
+    fn insert(self, token: &str) -> Self {
+        self.role(Role::Insert)
+            .setting("insert_deduplication_token", token)
+    }
+
+    /// A DELETE that returns once done on every replica (`sync`), or at once (best effort).
+    fn delete(self, sync: bool) -> Self {
+        let wait = if sync { "2" } else { "0" };
+        self.role(Role::Mutation)
+            .setting("mutations_sync", wait)
+            .setting("lightweight_deletes_sync", wait)
     }
 
     /// Reads answer in JSONEachRow with 64-bit numbers unquoted (servers before 25.8 quote them).
@@ -49,10 +83,9 @@ impl Query {
         self.setting("output_format_json_quote_64bit_integers", "0")
     }
 
-    /// Reads that decide something (who holds a lock, what to merge into) must see every
-    /// acknowledged insert, also on replicated clusters and ClickHouse Cloud.
+    /// A read that decides something (who holds a lock, what to merge into).
     fn deciding(self) -> Self {
-        self.setting("select_sequential_consistency", "1")
+        self.role(Role::Deciding)
     }
 }
 
@@ -209,13 +242,15 @@ impl Statements {
 
     /// What the deployment check needs, in one row: the engines of this store's tables, whether
     /// the server is configured as a replica (a `replica` macro), and the clusters it knows
-    /// with their largest replica count. `{"tables": [[name, engine]], "replica_macro",
+    /// with their largest replica count, and whether the server knows the `deduplicate_insert`
+    /// setting. `{"tables": [[name, engine]], "replica_macro", "dedup_setting",
     /// "clusters": [[name, replicas]]}`.
     pub fn deployment(&self) -> Query {
         Query::new(
             "SELECT (SELECT groupArray(tuple(name, engine)) FROM system.tables \
              WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String})) AS tables, \
              (SELECT count() FROM system.macros WHERE macro = 'replica') > 0 AS replica_macro, \
+             (SELECT count() FROM system.settings WHERE name = 'deduplicate_insert') > 0 AS dedup_setting, \
              (SELECT groupArray(tuple(cluster, replicas)) FROM (SELECT cluster, max(replica_num) AS replicas \
              FROM system.clusters GROUP BY cluster ORDER BY cluster)) AS clusters \
              FORMAT JSONEachRow"
@@ -243,16 +278,19 @@ impl Statements {
         .deciding()
     }
 
-    /// The newest version stored for one id (0 when none), one number in TSV.
+    /// The newest version stored for one id (0 when none), one number in TSV. Deciding: the
+    /// next write's version must be above it.
     pub fn version_of(&self, state_id: &str) -> Query {
         Query::new(format!(
             "SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {} WHERE state_id = {{id:String}}",
             self.state
         ))
         .param("id", state_id)
+        .deciding()
     }
 
-    /// The newest version of every id, as JSONEachRow `{"state_id", "version"}`.
+    /// The newest version of every id, as JSONEachRow `{"state_id", "version"}`. Deciding, as
+    /// `version_of`.
     pub fn versions(&self) -> Query {
         Query::new(format!(
             "SELECT state_id, toUnixTimestamp64Milli(max(updated_at)) AS version FROM {} \
@@ -260,6 +298,7 @@ impl Statements {
             self.state
         ))
         .json()
+        .deciding()
     }
 
     /// Writes rows given as JSONEachRow (`state_id`, `partial_state`, `completed_state`,
@@ -270,8 +309,7 @@ impl Statements {
             "INSERT INTO {} (state_id, partial_state, completed_state, updated_at) FORMAT JSONEachRow",
             self.state
         ))
-        .write()
-        .setting("insert_deduplication_token", token);
+        .insert(token);
         query.data = Some(rows.into());
         query
     }
@@ -282,8 +320,7 @@ impl Statements {
             self.state
         ))
         .param("id", state_id)
-        .write()
-        .setting("mutations_sync", "2")
+        .delete(true)
     }
 
     /// Deletes the versions written up to `cap_ms`: a holder whose lock was taken over cannot
@@ -295,8 +332,7 @@ impl Statements {
         ))
         .param("id", state_id)
         .param("cap", cap_ms.to_string())
-        .write()
-        .setting("mutations_sync", "2")
+        .delete(true)
     }
 
     /// Matching ids, sorted, as JSONEachRow `{"state_id"}`.
@@ -331,7 +367,7 @@ impl Statements {
     }
 
     pub fn truncate(&self) -> Query {
-        Query::new(format!("TRUNCATE TABLE {}", self.state)).write()
+        Query::new(format!("TRUNCATE TABLE {}", self.state)).role(Role::Mutation)
     }
 
     // -- the original backend's lock --
@@ -344,8 +380,7 @@ impl Statements {
         ))
         .param("id", state_id)
         .param("cutoff", cutoff_s.to_string())
-        .write()
-        .setting("mutations_sync", "2")
+        .delete(true)
     }
 
     /// Live candidates, lowest lock id first, as JSONEachRow `{"lock_id", "locked_at_s"}`.
@@ -369,8 +404,7 @@ impl Statements {
             self.lock
         ))
         .param("id", state_id)
-        .write()
-        .setting("mutations_sync", "2")
+        .delete(true)
     }
 
     // -- the fenced protocol's lock log --
@@ -436,8 +470,7 @@ impl Statements {
             "INSERT INTO {} (state_id, generation, event, owner, at_ms, until_ms, floor_ms) FORMAT JSONEachRow",
             self.log
         ))
-        .write()
-        .setting("insert_deduplication_token", token);
+        .insert(token);
         query.data = Some(row.into());
         query
     }
@@ -450,8 +483,7 @@ impl Statements {
         ))
         .param("id", state_id)
         .param("below", below.to_string())
-        .write()
-        .setting("mutations_sync", "0")
+        .delete(false)
     }
 
     /// Inserts a candidate; `row` is one JSONEachRow line (`state_id`, `lock_id`, `locked_at`).
@@ -460,8 +492,7 @@ impl Statements {
             "INSERT INTO {} (state_id, lock_id, locked_at) FORMAT JSONEachRow",
             self.lock
         ))
-        .write()
-        .setting("insert_deduplication_token", token);
+        .insert(token);
         query.data = Some(row.into());
         query
     }
@@ -473,8 +504,7 @@ impl Statements {
         ))
         .param("id", state_id)
         .param("lock", lock_id)
-        .write()
-        .setting("mutations_sync", "2")
+        .delete(true)
     }
 }
 
@@ -624,7 +654,8 @@ mod tests {
     fn writes_are_synchronous_and_tokened() {
         let s = statements();
         let q = s.insert_states(b"{}\n".to_vec(), "tok-1");
-        assert!(q.settings.contains(&("async_insert", "0".into())));
+        // synchronous and deduplicated by the deployment's settings for inserts
+        assert_eq!(q.role, Role::Insert);
         assert!(
             q.settings
                 .contains(&("insert_deduplication_token", "tok-1".into()))

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::{Config, LockMode};
-use crate::deployment::{self, Kind, Observed};
+use crate::deployment::{self, Consistency, Kind, Observed};
 use crate::error::{Error, LockInfo, Result};
 use crate::glob;
 use crate::http::{Client, Transport};
@@ -60,6 +60,9 @@ pub struct Store<T, H> {
     pub(crate) in_doubt: RefCell<HashMap<String, LockHandle>>,
     /// The deployment check passed (see `deployment`); it runs once per instance.
     checked: Cell<bool>,
+    /// The settings queries carry on this deployment: assumed from the configuration until the
+    /// check has seen the tables.
+    consistency: Cell<Consistency>,
 }
 
 #[derive(Deserialize)]
@@ -99,11 +102,12 @@ impl<T: Transport, H: Host> Store<T, H> {
         Ok(Store {
             sql: Statements::new(&config),
             client: Client::new(&config, transport),
-            config,
             host,
             released: RefCell::new(HashMap::new()),
             in_doubt: RefCell::new(HashMap::new()),
             checked: Cell::new(false),
+            consistency: Cell::new(Consistency::assumed(&config)),
+            config,
         })
     }
 
@@ -125,7 +129,8 @@ impl<T: Transport, H: Host> Store<T, H> {
         let mut migrated = false;
         let mut attempt = 0u32;
         loop {
-            match self.client.execute(query) {
+            let settings = self.consistency.get().settings(query.role);
+            match self.client.execute_with(query, &settings) {
                 Err(e) if e.is_missing_schema() && !migrated => {
                     self.host.log(
                         Level::Info,
@@ -191,6 +196,8 @@ impl<T: Transport, H: Host> Store<T, H> {
             None => Observed::default(),
         };
         let kind = deployment::check(&self.config, &observed)?;
+        self.consistency
+            .set(Consistency::observed(&self.config, kind, &observed));
         self.host.log(
             Level::Debug,
             &format!(

@@ -6,7 +6,14 @@
 //! no Keeper, so what needs one (Replicated tables, ON CLUSTER DDL) is checked as far as the
 //! engine takes it: parsed and refused for want of distributed DDL, never a syntax error.
 
-use integration_tests::state_host::{Error, State};
+use std::sync::{Arc, Mutex};
+
+use clickhouse_state::config::Config;
+use clickhouse_state::deployment::{Consistency, Kind};
+use clickhouse_state::http::{Client, Request, Response, Transport, TransportError};
+use clickhouse_state::sql::{Query, Role, Statements};
+use integration_tests::state_host::egress::Interceptor;
+use integration_tests::state_host::{Error, InstanceOptions, State};
 use integration_tests::{LocalServer, Target, TestTable, runtime};
 
 fn replica_server() -> LocalServer {
@@ -123,4 +130,167 @@ async fn one_server_checks_its_tables_and_migrate_validates_them() {
     b.set(&State::completed("id", r#"{"a":1}"#)).await.unwrap();
     b.migrate().await.expect("existing tables validate");
     assert!(b.get("id").await.unwrap().is_some());
+}
+
+// -- the settings each deployment kind sends ------------------------------------------------
+
+/// The guest's HTTP client, compiled natively, over plain blocking HTTP.
+struct Ureq;
+
+impl Transport for Ureq {
+    fn send(&self, request: Request) -> Result<Response, TransportError> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut call = agent.post(format!(
+            "http://{}{}",
+            request.authority, request.path_and_query
+        ));
+        for (name, value) in &request.headers {
+            call = call.header(name.as_str(), String::from_utf8_lossy(value).into_owned());
+        }
+        let mut response = call
+            .send(&request.body[..])
+            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .read_to_vec()
+            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
+        Ok(Response {
+            status,
+            headers: vec![],
+            body,
+        })
+    }
+}
+
+/// Every statement the backend sends, with the settings of every kind, runs on the real engine:
+/// a misspelt setting or value (an error there, UNKNOWN_SETTING or a bad value) fails here.
+/// Settings for replication have no effect on one server, but they must be accepted.
+#[test]
+fn every_kind_sends_settings_the_engine_accepts() {
+    let table = TestTable::new("kinds");
+    let config = Config::parse(&table.target.uri(), &table.settings()).unwrap();
+    let sql = Statements::new(&config);
+    let client = Client::new(&config, Ureq);
+    for statement in sql.migration() {
+        client.execute(&statement).expect("schema");
+    }
+    let row = |n: u64| -> Vec<u8> {
+        format!(
+            r#"{{"state_id":"s","partial_state":"{{}}","completed_state":"{{\"n\":{n}}}","updated_at":"{}.000"}}"#,
+            1_700_000_000 + n
+        )
+        .into_bytes()
+    };
+    let log_row = br#"{"state_id":"s","generation":1,"event":"acquire","owner":"o","at_ms":1,"until_ms":2,"floor_ms":0}"#;
+    for (n, kind) in [
+        Kind::SingleServer,
+        Kind::Cloud,
+        Kind::Replicated,
+        Kind::Missing,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for deduplicate_insert in [false, true] {
+            let consistency = Consistency {
+                kind,
+                deduplicate_insert,
+            };
+            let n = (n as u64 + 1) * 10 + deduplicate_insert as u64;
+            let token = format!("t{n}");
+            let queries: Vec<Query> = vec![
+                sql.insert_states(row(n), &token),
+                sql.get("s"),
+                sql.version_of("s"),
+                sql.log_insert(log_row.to_vec(), &token),
+                sql.log_state("s"),
+                sql.log_claims("s", 1, true),
+                sql.lock_insert(
+                    br#"{"state_id":"s","lock_id":"l","locked_at":1}"#.to_vec(),
+                    &token,
+                ),
+                sql.lock_candidates("s", 0),
+                sql.lock_delete("s", "l"),
+                sql.log_prune("s", 0),
+                sql.delete_up_to("s", 1),
+            ];
+            let roles: Vec<Role> = queries.iter().map(|q| q.role).collect();
+            for role in [Role::Read, Role::Deciding, Role::Insert, Role::Mutation] {
+                assert!(
+                    roles.contains(&role) || role == Role::Read,
+                    "{role:?} is tried"
+                );
+            }
+            for query in &queries {
+                let settings = consistency.settings(query.role);
+                if let Err(e) = client.execute_with(query, &settings) {
+                    panic!("{consistency:?} {settings:?}: {}: {e}", query.sql);
+                }
+            }
+            // and the insert landed, once, under its version
+            let version = client.execute_with(&sql.version_of("s"), &[]).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&version).trim(),
+                ((1_700_000_000 + n) * 1000).to_string()
+            );
+        }
+    }
+}
+
+/// Records the URL of every request an instance sends.
+#[derive(Default)]
+struct Urls(Mutex<Vec<String>>);
+
+impl Interceptor for Urls {
+    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<std::time::Duration> {
+        let query = uri.query().unwrap_or("").to_string();
+        self.0.lock().unwrap().push(query);
+        None
+    }
+}
+
+fn has(url: &str, setting: &str) -> bool {
+    url.split('&').any(|pair| pair == setting)
+}
+
+#[tokio::test]
+async fn one_server_gets_synchronous_deduplicated_inserts_and_consistent_deciding_reads() {
+    let table = TestTable::new("one_settings");
+    let urls = Arc::new(Urls::default());
+    let options = InstanceOptions {
+        interceptor: Some(urls.clone() as Arc<dyn Interceptor>),
+        ..InstanceOptions::default()
+    };
+    let mut b = runtime()
+        .open_with(&table.target.uri(), table.settings(), options)
+        .await
+        .unwrap();
+    b.update(&State::completed("id", r#"{"a":1}"#))
+        .await
+        .unwrap();
+    b.set(&State::completed("id", r#"{"a":2}"#)).await.unwrap();
+    let urls = urls.0.lock().unwrap().clone();
+    let inserts: Vec<&String> = urls.iter().filter(|u| u.contains("query=INSERT")).collect();
+    // the claim, the state, the release, and the set's state
+    assert!(inserts.len() >= 4, "{inserts:?}");
+    for url in &inserts {
+        assert!(has(url, "async_insert=0"), "{url}");
+        assert!(has(url, "insert_deduplicate=1"), "{url}");
+        // the engine here knows `deduplicate_insert`, so it is asked for too
+        assert!(has(url, "deduplicate_insert=enable"), "{url}");
+        assert!(url.contains("insert_deduplication_token="), "{url}");
+        // one server has no quorum to wait for
+        assert!(!url.contains("insert_quorum"), "{url}");
+    }
+    let deciding = urls
+        .iter()
+        .filter(|u| has(u, "select_sequential_consistency=1"))
+        .count();
+    // the update's log reads, the set's version read
+    assert!(deciding >= 3, "{urls:?}");
+    assert!(urls.iter().all(|u| !u.contains("insert_quorum")));
 }
