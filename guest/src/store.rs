@@ -291,7 +291,8 @@ impl<T: Transport, H: Host> Store<T, H> {
             },
         };
         let version = lock::write_version(self, lock, stored_version)?;
-        self.write(std::slice::from_ref(&to_write), version)
+        self.write(std::slice::from_ref(&to_write), version)?;
+        lock::confirm_write(self, lock)
     }
 
     /// Overwrites a state under a lock the caller holds: the write is fenced by the lock, so it
@@ -306,7 +307,8 @@ impl<T: Transport, H: Host> Store<T, H> {
         }
         let stored = self.read_version(&self.sql.version_of(&state.state_id))?;
         let version = lock::write_version(self, lock, stored)?;
-        self.write(std::slice::from_ref(state), version)
+        self.write(std::slice::from_ref(state), version)?;
+        lock::confirm_write(self, lock)
     }
 
     /// Deletes the state as it is now: the versions up to the newest one read here. A retry of
@@ -341,7 +343,8 @@ impl<T: Transport, H: Host> Store<T, H> {
             }
             LockMode::Settle => self.sql.delete(&lock.state_id),
         };
-        self.run(&query).map(drop)
+        self.run(&query)?;
+        lock::confirm_write(self, lock)
     }
 
     pub fn state_ids(&self, pattern: Option<&str>) -> Result<Vec<String>> {

@@ -179,28 +179,41 @@ async fn contention_8x50_virtual_time() {
     contention(Timeline::virtual_time(), "contend_virtual", 8, 50).await;
 }
 
-/// Holds back this instance's `nth` lock-log insert (0-based) for `delay`.
+/// Holds back this instance's `nth` insert into a lock table (0-based) for `delay`: the lock
+/// log, or in settle mode the candidates' table. `delayed` says once the delay has begun.
+#[derive(Default)]
 struct SlowNthLockInsert {
     inserts: AtomicUsize,
     nth: usize,
     delay: Duration,
+    settle_table: bool,
+    delayed: AtomicBool,
 }
 
 impl Interceptor for SlowNthLockInsert {
     fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
         let query = uri.query().unwrap_or("");
-        let lock_insert = query.contains("INSERT") && query.contains("_lock_log");
-        (lock_insert && self.inserts.fetch_add(1, Ordering::SeqCst) == self.nth)
-            .then_some(self.delay)
+        let table = if self.settle_table {
+            query.contains("_lock") && !query.contains("_lock_log")
+        } else {
+            query.contains("_lock_log")
+        };
+        let slow = query.contains("INSERT")
+            && table
+            && self.inserts.fetch_add(1, Ordering::SeqCst) == self.nth;
+        if slow {
+            self.delayed.store(true, Ordering::SeqCst);
+        }
+        slow.then_some(self.delay)
     }
 }
 
 fn slow_nth_insert(nth: usize, delay: Duration) -> InstanceOptions {
     InstanceOptions {
         interceptor: Some(Arc::new(SlowNthLockInsert {
-            inserts: AtomicUsize::new(0),
             nth,
             delay,
+            ..SlowNthLockInsert::default()
         })),
         ..InstanceOptions::default()
     }
@@ -211,10 +224,10 @@ async fn slow_insert(timeline: Timeline, label: &str) {
     let timeline = Arc::new(timeline);
     let sections = Arc::new(Sections::default());
     let slow = Arc::new(SlowNthLockInsert {
-        inserts: AtomicUsize::new(0),
         nth: 0,
         // Past any settle window and past several other grants.
         delay: Duration::from_secs(3),
+        ..SlowNthLockInsert::default()
     });
     let mut tasks = Vec::new();
     for who in 0..4 {
@@ -668,6 +681,66 @@ async fn settle_mode_excludes_a_process_speaking_the_original_protocol() {
     assert_eq!(sections.overlaps(), 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_settle_candidate_yields_to_a_holder_that_decided_while_it_was_in_flight() {
+    // Our candidate's insert stalls 4 s. Meanwhile a process speaking the original protocol
+    // inserts its candidate, settles and takes the lock (ours is not in the table yet). Ours then
+    // lands with the lower id: it must yield to the established holder, not win the draw.
+    let table = TestTable::new("late_settle");
+    let timeline = Timeline::real();
+    let slow = Arc::new(SlowNthLockInsert {
+        nth: 0,
+        delay: Duration::from_secs(4),
+        settle_table: true,
+        ..SlowNthLockInsert::default()
+    });
+    let options = InstanceOptions {
+        interceptor: Some(slow.clone() as Arc<dyn Interceptor>),
+        ..InstanceOptions::default()
+    };
+    let mut ours = timeline
+        .open_with(
+            &table,
+            &[("lock_mode", "settle"), ("lock_timeout_seconds", "2")],
+            options,
+        )
+        .await;
+    ours.migrate().await.unwrap();
+    let acquiring = tokio::spawn(async move {
+        let got = ours.acquire_lock("s").await;
+        (ours, got)
+    });
+    // Once our insert is in flight, the other process runs the original protocol with an id
+    // above any UUID, so that ours has the lower id.
+    while !slow.delayed.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let lock_table = format!("{}_lock", table.qualified());
+    let target = table.target.clone();
+    let theirs = "zzzzzzzz-original-protocol";
+    let holds = tokio::task::spawn_blocking(move || {
+        target.must(&format!(
+            "INSERT INTO {lock_table} (state_id, lock_id) SETTINGS async_insert = 0 VALUES ('s', '{theirs}')"
+        ));
+        std::thread::sleep(Duration::from_secs(1));
+        let lowest = target.must(&format!(
+            "SELECT lock_id FROM {lock_table} WHERE state_id = 's' ORDER BY lock_id LIMIT 1"
+        ));
+        lowest.trim() == theirs
+    })
+    .await
+    .unwrap();
+    assert!(
+        holds,
+        "the original protocol took the lock while ours was in flight"
+    );
+    let (_ours, got) = acquiring.await.unwrap();
+    assert!(
+        matches!(got, Err(Error::Locked(_))),
+        "two holders: ours was granted while the original process held the lock: {got:?}"
+    );
+}
+
 // -- the lock log's pruning ------------------------------------------------------------------
 
 #[tokio::test]
@@ -905,4 +978,65 @@ async fn a_claim_gives_way_to_a_renewal_that_landed_before_it() {
         .set_locked(&State::completed("s", r#"{"by":"holder"}"#), &lock)
         .await
         .expect("the renewed holder writes");
+}
+
+// -- a write that lands after its lease ------------------------------------------------------
+
+/// Holds back this instance's first state write (not a lock table's) for `delay`.
+struct SlowStateWrite {
+    delay: Duration,
+    delayed: AtomicBool,
+}
+
+impl Interceptor for SlowStateWrite {
+    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
+        let query = uri.query().unwrap_or("");
+        let state_write = query.contains("INSERT") && !query.contains("_lock");
+        (state_write && !self.delayed.swap(true, Ordering::SeqCst)).then_some(self.delay)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_that_lands_after_its_lease_is_not_acknowledged_when_a_later_holder_read_before_it()
+{
+    // The holder's write is held back past its 3 s lease. A contender takes the lock meanwhile,
+    // reads the state without the holder's write and writes its own (a higher version). The
+    // holder's write then lands under it: acknowledging it would report an update that is
+    // already lost.
+    let timeline = Timeline::real();
+    let table = TestTable::new("late_write");
+    let lease = [("lock_lease_seconds", "3")];
+    let slow = Arc::new(SlowStateWrite {
+        delay: Duration::from_secs(6),
+        delayed: AtomicBool::new(false),
+    });
+    let options = InstanceOptions {
+        interceptor: Some(slow.clone() as Arc<dyn Interceptor>),
+        ..InstanceOptions::default()
+    };
+    let mut holder = timeline.open_with(&table, &lease, options).await;
+    holder.migrate().await.unwrap();
+    let lock = holder.acquire_lock("s").await.unwrap();
+    let writing = tokio::spawn(async move {
+        let written = holder
+            .set_locked(&State::completed("s", r#"{"by":"holder"}"#), &lock)
+            .await;
+        (holder, written)
+    });
+    let mut contender = timeline.open(&table, &lease).await;
+    let next = contender.acquire_lock("s").await.expect("acquire");
+    contender
+        .set_locked(&State::completed("s", r#"{"by":"contender"}"#), &next)
+        .await
+        .expect("the contender writes");
+    let (_holder, written) = writing.await.unwrap();
+    assert!(slow.delayed.load(Ordering::SeqCst), "the delay was applied");
+    let stored = contender.get("s").await.unwrap().unwrap();
+    let holders_write_counts = json(&stored.completed)["by"] == "holder";
+    assert!(
+        written.is_err() || holders_write_counts,
+        "the holder's write was acknowledged ({written:?}) but the state is {stored:?}"
+    );
+    assert!(matches!(written, Err(Error::LockLost(_))), "{written:?}");
+    contender.release(next).await.unwrap();
 }

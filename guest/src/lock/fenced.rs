@@ -35,26 +35,27 @@ const PRUNE_EVERY: u64 = 1024;
 /// How many old generations pruning keeps.
 const PRUNE_KEEP: u64 = 16;
 
-/// The newest generation of an id, folded.
-#[derive(Deserialize, Debug, Default, Clone)]
-pub(crate) struct Newest {
-    generation: u64,
+/// The newest generation of an id, folded (`sql::Statements::log_state`).
+#[derive(Deserialize, Debug, Default, Clone, PartialEq, Eq, Hash)]
+pub struct Newest {
+    pub generation: u64,
     #[serde(rename = "holder")]
-    owner: String,
+    pub owner: String,
     #[serde(rename = "acquired_at")]
-    acquired_at_ms: u64,
+    pub acquired_at_ms: u64,
     #[serde(rename = "lease_until")]
-    lease_until_ms: u64,
+    pub lease_until_ms: u64,
     #[serde(rename = "grant_floor")]
-    floor_ms: u64,
-    released: u8,
+    pub floor_ms: u64,
+    pub released: u8,
     #[serde(rename = "release_cap")]
-    release_cap_ms: u64,
-    forced: u8,
+    pub release_cap_ms: u64,
+    pub forced: u8,
 }
 
+// The decisions below are pure, so that the model checker (`model/`) runs these very functions.
 impl Newest {
-    fn is_free(&self, now_ms: u64) -> bool {
+    pub fn is_free(&self, now_ms: u64) -> bool {
         self.generation == 0
             || self.released != 0
             || self.forced != 0
@@ -63,7 +64,7 @@ impl Newest {
 
     /// Whether this is the grant `claim` asked for: the same generation, held by its owner, and
     /// still open.
-    fn is_claim_of(&self, claim: &LockHandle) -> bool {
+    pub fn is_claim_of(&self, claim: &LockHandle) -> bool {
         self.generation == claim.token
             && self.owner == claim.owner
             && self.released == 0
@@ -71,7 +72,7 @@ impl Newest {
     }
 
     /// The lowest version the next grant may write: above anything this grant could write.
-    fn next_floor(&self) -> u64 {
+    pub fn next_floor(&self) -> u64 {
         if self.generation == 0 {
             return 0;
         }
@@ -94,16 +95,75 @@ impl Newest {
     }
 }
 
-#[derive(Deserialize)]
-struct Claim {
-    owner: String,
-    at_ms: u64,
-    until_ms: u64,
-    newest: u64,
+/// One claim on a generation as its read-back sees it (`sql::Statements::log_claims`).
+#[derive(Deserialize, Debug, Clone, Default)]
+pub struct Claim {
+    pub owner: String,
+    pub at_ms: u64,
+    pub until_ms: u64,
+    /// The newest generation of the id in the log.
+    pub newest: u64,
+    /// The lease end of the generation the claim replaces, renewals included.
     #[serde(default)]
-    previous_until: u64,
+    pub previous_until: u64,
     #[serde(default)]
-    stored: Vec<StoredRow>,
+    pub stored: Vec<StoredRow>,
+}
+
+/// What a claim's read-back decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// Every claim on the generation is mine and it is the newest: I hold the lock.
+    Mine,
+    /// The generation this claim replaces was renewed after it was read: its holder may have
+    /// checked the log before this claim landed and gone on, so the claim loses.
+    GivesWay,
+    /// Someone else claimed the generation too, or a newer one exists.
+    Lost,
+}
+
+/// Decides a claim by `owner` on `generation`, which followed `current` (read free).
+pub fn decide_claim(
+    current: &Newest,
+    claims: &[Claim],
+    owner: &str,
+    generation: u64,
+) -> ClaimOutcome {
+    if renewed_since(current, claims) {
+        ClaimOutcome::GivesWay
+    } else if all_mine(claims, owner, generation) {
+        ClaimOutcome::Mine
+    } else {
+        ClaimOutcome::Lost
+    }
+}
+
+/// The generation `current` was free because its lease had ended, and a renewal of it has
+/// landed since.
+pub fn renewed_since(current: &Newest, claims: &[Claim]) -> bool {
+    current.released == 0
+        && current.forced == 0
+        && claims
+            .first()
+            .is_some_and(|c| c.previous_until > current.lease_until_ms)
+}
+
+/// Every claim on `generation` is `owner`'s, and no newer generation exists.
+pub fn all_mine(claims: &[Claim], owner: &str, generation: u64) -> bool {
+    claims.iter().all(|c| c.owner == owner)
+        && claims.first().is_some_and(|c| c.newest == generation)
+}
+
+/// How close to its end a lease counts as ended for its holder: clocks may differ by this much,
+/// and a contender whose clock is ahead sees the lease end that much earlier.
+pub fn lease_margin_ms(lease_ms: u64) -> u64 {
+    lease_ms / 10
+}
+
+/// Whether, at `now_ms`, a contender may already see the lease ending at `lease_until_ms` as
+/// ended: too late to renew, and a write acknowledged now needs the log to say it was in time.
+pub fn near_lease_end(now_ms: u64, lease_until_ms: u64, lease_ms: u64) -> bool {
+    now_ms.saturating_add(lease_margin_ms(lease_ms)) >= lease_until_ms
 }
 
 #[derive(Serialize)]
@@ -231,11 +291,8 @@ fn claim<T: Transport, H: Host>(
     // the log before this claim landed and gone on: the claim loses, and stays in the log until
     // its own lease ends, so that neither this instance nor a third takes the id while the
     // renewed holder works (the holder finds the newer generation at its next check).
-    let renewed_since = current.released == 0
-        && current.forced == 0
-        && claims
-            .first()
-            .is_some_and(|c| c.previous_until > current.lease_until_ms);
+    let outcome = decide_claim(current, &claims, &owner, generation);
+    let renewed_since = outcome == ClaimOutcome::GivesWay;
     if renewed_since {
         store.host.log(
             Level::Info,
@@ -245,9 +302,7 @@ fn claim<T: Transport, H: Host>(
             ),
         );
     }
-    let mine = !renewed_since
-        && claims.iter().all(|c| c.owner == owner)
-        && claims.first().is_some_and(|c| c.newest == generation);
+    let mine = outcome == ClaimOutcome::Mine;
     if mine {
         if generation.is_multiple_of(PRUNE_EVERY) {
             // Asynchronous and best effort: old generations decide nothing.
@@ -390,8 +445,7 @@ pub(crate) fn renew<T: Transport, H: Host>(
 ) -> Result<()> {
     let now = store.host.now_ms();
     // Renewing at the last moment could race a contender that already saw the lease end.
-    let margin = store.config.lock_lease_ms / 10;
-    if now.saturating_add(margin) >= lock.lease_until_ms {
+    if near_lease_end(now, lock.lease_until_ms, store.config.lock_lease_ms) {
         return Err(lost(lock, "its lease ended before it was renewed"));
     }
     confirm_held(store, lock)?;

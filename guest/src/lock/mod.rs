@@ -179,6 +179,28 @@ pub fn write_version<T: Transport, H: Host>(
     Ok(version)
 }
 
+/// Call after a write under `lock` was acknowledged. Near or past the lease's end, a contender
+/// may have taken the lock and read the state before the write landed (the write stalled, or
+/// was retried); its own write would then bury this one, acknowledged or not. The log says
+/// whether the write was in time: if the grant is still the newest, no contender has claimed
+/// yet, and any later one reads the state after the write.
+pub fn confirm_write<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHandle) -> Result<()> {
+    let late = fenced::near_lease_end(
+        store.host.now_ms(),
+        lock.lease_until_ms,
+        store.config.lock_lease_ms,
+    );
+    if lock.mode != LockMode::Fenced || !late {
+        return Ok(());
+    }
+    fenced::confirm_held(store, lock).map_err(|e| match e {
+        Error::LockLost(why) => Error::LockLost(format!(
+            "the write was acknowledged after the lease ended and may not count: {why}"
+        )),
+        other => other,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,10 +24,11 @@ use crate::error::{Error, LockInfo, Result};
 use crate::http::Transport;
 use crate::store::{Host, Store};
 
-#[derive(Deserialize)]
-struct Candidate {
-    lock_id: String,
-    locked_at_s: u64,
+/// A live candidate, as `sql::Statements::lock_candidates` reads it.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub lock_id: String,
+    pub locked_at_s: u64,
 }
 
 #[derive(Serialize)]
@@ -54,6 +55,36 @@ fn cutoff_s(now_ms: u64, lease_ms: u64) -> u64 {
     now_ms.saturating_sub(lease_ms) / 1000
 }
 
+/// A candidate that was in the table a whole settle window before ours was deciding, or had
+/// decided, before ours existed: it goes first even with a higher id. `inserted_ms` is when our
+/// insert was acknowledged, not when we began it: a candidate whose insert stalled must still
+/// yield to a holder that decided while it was in flight, whose row is older than its
+/// acknowledgement by more than a settle window (the original compared with the time before the
+/// insert, and a late insert with a lower id won against the established holder).
+pub fn established<'a>(
+    all: &'a [Candidate],
+    lock_id: &str,
+    inserted_ms: u64,
+    settle_ms: u64,
+) -> Option<&'a Candidate> {
+    // `locked_at` has whole seconds: a window of at least one second covers the rounding.
+    let window = settle_ms.max(1000);
+    all.iter()
+        .find(|c| c.lock_id != lock_id && c.locked_at_s * 1000 + window <= inserted_ms)
+}
+
+/// Who goes first among `all` (sorted by id), for the candidate `lock_id` whose insert was
+/// acknowledged at `inserted_ms`: an established candidate, else the lowest id. Pure, so that
+/// the model checker (`model/`) runs it.
+pub fn winner<'a>(
+    all: &'a [Candidate],
+    lock_id: &str,
+    inserted_ms: u64,
+    settle_ms: u64,
+) -> Option<&'a Candidate> {
+    established(all, lock_id, inserted_ms, settle_ms).or_else(|| all.first())
+}
+
 pub(crate) fn attempt<T: Transport, H: Host>(
     store: &Store<T, H>,
     state_id: &str,
@@ -67,15 +98,12 @@ pub(crate) fn attempt<T: Transport, H: Host>(
     }
     let lock_id = store.new_token();
     insert(store, state_id, &lock_id, now)?;
+    // Our candidate exists from some moment before this one on; it may have landed long after
+    // `now` (a stalled insert, a retry).
+    let inserted = store.host.now_ms();
     store.host.sleep_ms(store.config.lock_settle_ms);
     let all = candidates(store, state_id, cutoff)?;
-    // A candidate older than ours by a whole settle window was deciding (or decided) before
-    // ours existed: it goes first even with a higher id.
-    let established = all.iter().find(|c| {
-        c.lock_id != lock_id && c.locked_at_s * 1000 + store.config.lock_settle_ms.max(1000) <= now
-    });
-    let winner = established.or_else(|| all.first());
-    match winner {
+    match winner(&all, &lock_id, inserted, store.config.lock_settle_ms) {
         Some(w) if w.lock_id == lock_id => Ok(Attempt::Granted(
             LockHandle {
                 state_id: state_id.to_string(),

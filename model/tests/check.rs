@@ -1,0 +1,238 @@
+//! The model checks exhaustively within each configuration's bounds, and every mutant (one
+//! safety measure removed) is caught. Configurations are split so that each stays small: the
+//! features multiply the state space, and each property needs only some of them together.
+
+use std::time::Instant;
+
+use lock_model::{
+    COMPLETES, EXCLUSIVE, FENCED, LockModel, Mutant, NOTHING_LOST, ONE_HOLDER, UNCONTENDED,
+};
+use stateright::{Checker, HasDiscoveries, Model};
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn report(label: &str, checker: &impl Checker<LockModel>, started: Instant) {
+    eprintln!(
+        "{label}: {} states ({} unique), depth {}, {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Explores every state within the bounds: no safety property has a counterexample, and some
+/// run acknowledges an update.
+fn holds(label: &str, model: LockModel) {
+    let started = Instant::now();
+    let checker = model.checker().threads(threads()).spawn_bfs().join();
+    report(label, &checker, started);
+    checker.assert_properties();
+    assert!(checker.discovery(COMPLETES).is_some());
+}
+
+/// With a safety measure removed, the checker finds a counterexample to one of `properties`.
+fn caught(label: &str, model: LockModel, properties: &[&str]) {
+    let started = Instant::now();
+    let checker = model
+        .checker()
+        .threads(threads())
+        .finish_when(HasDiscoveries::AnyFailures)
+        .spawn_bfs()
+        .join();
+    report(label, &checker, started);
+    let found: Vec<&str> = checker
+        .discoveries()
+        .into_keys()
+        .filter(|name| *name != COMPLETES)
+        .collect();
+    assert!(
+        found.iter().any(|name| properties.contains(name)),
+        "{label}: the mutant was not caught (found: {found:?})"
+    );
+    for name in found {
+        if let Some(path) = checker.discovery(name) {
+            eprintln!(
+                "  {name}: a counterexample of {} steps",
+                path.into_actions().len()
+            );
+        }
+    }
+}
+
+/// Two clients, a lease of 4 ticks (margin 0, so no skew), renewals, and the dedup window that
+/// passes once, so that a second claim on a generation lands.
+fn renewals() -> LockModel {
+    LockModel {
+        lease: 4,
+        horizon: 6,
+        skew: 0,
+        lost_responses: 0,
+        window_expiries: 1,
+        attempts: 1,
+        renew: true,
+        ..LockModel::fenced()
+    }
+}
+
+/// Responses lost after their insert landed, resent, inside and after the dedup window.
+fn lost_responses() -> LockModel {
+    LockModel {
+        lost_responses: 1,
+        renew: false,
+        ..renewals()
+    }
+}
+
+/// Clocks off by up to the lease's margin (1 tick of a 10-tick lease).
+fn skew() -> LockModel {
+    LockModel {
+        lease: 10,
+        horizon: 12,
+        skew: 1,
+        lost_responses: 0,
+        window_expiries: 0,
+        attempts: 1,
+        renew: false,
+        ..LockModel::fenced()
+    }
+}
+
+/// An operator forces the lock open once.
+fn force() -> LockModel {
+    LockModel {
+        forces: 1,
+        window_expiries: 0,
+        renew: false,
+        ..renewals()
+    }
+}
+
+/// A client that loses a claim tries again.
+fn retries() -> LockModel {
+    LockModel {
+        attempts: 2,
+        renew: false,
+        ..renewals()
+    }
+}
+
+fn settle() -> LockModel {
+    LockModel {
+        clients: 3,
+        horizon: 6,
+        ..LockModel::settle()
+    }
+}
+
+#[test]
+fn fenced_with_renewals_and_a_passing_dedup_window() {
+    holds("renewals", renewals());
+}
+
+#[test]
+fn fenced_with_lost_responses() {
+    holds("lost responses", lost_responses());
+}
+
+#[test]
+fn fenced_with_clock_skew_within_the_margin() {
+    holds("skew", skew());
+}
+
+#[test]
+fn fenced_with_a_forced_unlock() {
+    holds("force", force());
+}
+
+#[test]
+fn fenced_with_retried_claims() {
+    holds("retries", retries());
+}
+
+#[test]
+fn settle_mode_with_three_clients() {
+    holds("settle", settle());
+}
+
+#[test]
+fn an_uncontended_acquire_succeeds() {
+    let model = LockModel {
+        clients: 1,
+        lost_responses: 1,
+        ..renewals()
+    };
+    assert!(
+        model.properties().iter().any(|p| p.name == UNCONTENDED),
+        "the property is checked"
+    );
+    holds("uncontended", model);
+}
+
+// -- mutants --------------------------------------------------------------------------------
+
+#[test]
+fn without_quorum_inserts_a_lagging_replica_loses_updates() {
+    let model = LockModel {
+        renew: false,
+        window_expiries: 0,
+        ..renewals()
+    };
+    caught(
+        "no quorum",
+        model.with(Mutant::NoQuorum),
+        &[NOTHING_LOST, ONE_HOLDER, FENCED],
+    );
+}
+
+#[test]
+fn without_the_check_after_a_renewal_a_late_renewal_is_adopted() {
+    caught(
+        "no renew confirm",
+        renewals().with(Mutant::NoRenewConfirm),
+        &[NOTHING_LOST, FENCED],
+    );
+}
+
+#[test]
+fn without_giving_way_a_claim_takes_a_renewed_lock() {
+    caught(
+        "no give way",
+        renewals().with(Mutant::NoGiveWay),
+        &[NOTHING_LOST, FENCED],
+    );
+}
+
+#[test]
+fn without_the_fencing_floor_a_forced_holder_overwrites_newer_state() {
+    caught(
+        "no floor",
+        force().with(Mutant::NoFloor),
+        &[FENCED, NOTHING_LOST],
+    );
+}
+
+#[test]
+fn without_the_check_after_a_late_write_an_acknowledged_update_is_lost() {
+    let model = LockModel {
+        renew: false,
+        window_expiries: 0,
+        ..renewals()
+    };
+    caught(
+        "no write confirm",
+        model.with(Mutant::NoWriteConfirm),
+        &[NOTHING_LOST],
+    );
+}
+
+#[test]
+fn settle_mode_comparing_with_the_time_before_the_insert_admits_two_holders() {
+    caught(
+        "settle before insert",
+        settle().with(Mutant::SettleBeforeInsert),
+        &[EXCLUSIVE],
+    );
+}
