@@ -201,6 +201,17 @@ impl<T: Transport> Client<T> {
         if error.code == 159 || error.code == 209 {
             return Error::Timeout(format!("{} ({})", error.message, error.name));
         }
+        // SETTING_CONSTRAINT_VIOLATION: a profile pins a setting (say, async_insert = 1) that
+        // this backend sets on each query for its safety; it must not run without.
+        if error.code == 452 {
+            return Error::InvalidConfig(format!(
+                "the server refuses a setting this backend sends on every query for safe writes \
+                 and reads (async_insert=0, insert_deduplicate=1, insert_quorum on a cluster, \
+                 select_sequential_consistency=1, mutations_sync): allow them in the user's \
+                 settings profile. ClickHouse said: {} ({})",
+                error.message, error.name
+            ));
+        }
         Error::Server(error)
     }
 
@@ -367,6 +378,23 @@ mod tests {
                 .contains("insert_deduplication_token=t")
         );
         assert_eq!(&*request.body, b"{\"x\":1}\n");
+    }
+
+    #[test]
+    fn a_profile_that_pins_our_settings_is_a_configuration_error() {
+        let transport = canned(
+            500,
+            &[("X-ClickHouse-Exception-Code", "452")],
+            "Code: 452. DB::Exception: Setting async_insert should not be changed. \
+             (SETTING_CONSTRAINT_VIOLATION) (version 26.9.2.1)",
+        );
+        match Client::new(&config(), &transport).execute(&query()) {
+            Err(Error::InvalidConfig(m)) => {
+                assert!(m.contains("settings profile"), "{m}");
+                assert!(m.contains("async_insert should not be changed"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
