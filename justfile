@@ -97,6 +97,10 @@ test: guest
     {{python}} -m pytest -q host/python/tests
     BENCH_QUICK=1 cargo bench --profile dev -p integration-tests --bench report
 
+# The lock's model: checks every state within its bounds, and that each mutant is caught
+model:
+    cargo test -p lock-model --test check -- --nocapture
+
 # Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`)
 test-meltano: guest
     cargo build -p meltano-state-host

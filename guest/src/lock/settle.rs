@@ -8,9 +8,9 @@
 //! Kept from the original: the table, the rule (lowest id wins), the settle time, the 300 s
 //! staleness. Fixed where it cannot break exclusion with a Python process: every time decision
 //! uses the host's clock; the deciding reads are sequentially consistent; Meltano's timeout and
-//! retry settings are honoured; a candidate never wins over one that was already established
-//! before it settled (a late insert yields, where the original would let a lower id win); the
-//! lease can be renewed; the `locked` error names the holder.
+//! retry settings are honoured; a candidate never wins over one that was established a settle
+//! window before its own insert was acknowledged (a late insert yields, where the original would
+//! let a lower id win); the lease can be renewed; the `locked` error names the holder.
 //!
 //! Not fixable without changing the table the Python backend uses: a background merge can
 //! collapse candidates (they share the sort key), and a Python contender whose insert lands late
