@@ -1,6 +1,6 @@
 //! Explores one configuration of the model and prints its size and what it found, for tuning
 //! bounds: `K=lease H=horizon S=skew L=lost W=window R=renew(0/1) A=attempts F=forces C=clients
-//! Q=0 (no quorum) M=mutant index P=settle SHOW=property prefix cargo run -p lock-model --example size`.
+//! G=merges M=mutant index P=settle SHOW=property prefix cargo run -p lock-model --example size`.
 use lock_model::{LockModel, Mutant};
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -25,6 +25,7 @@ fn main() {
     m.lease = env("K", m.lease);
     m.forces = env("F", m.forces as u64) as u8;
     m.clients = env("C", m.clients as u64) as u8;
+    m.merges = env("G", m.merges as u64) as u8;
     let mutants = [
         None,
         Some(Mutant::NoRenewConfirm),

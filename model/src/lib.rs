@@ -98,6 +98,9 @@ pub struct LockModel {
     pub renew: bool,
     /// How many times an operator may force the lock open.
     pub forces: u8,
+    /// How many background merges may run (of the state table; of the candidates in settle
+    /// mode).
+    pub merges: u8,
     pub mutant: Option<Mutant>,
 }
 
@@ -118,6 +121,7 @@ impl LockModel {
             attempts: 2,
             renew: true,
             forces: 0,
+            merges: 0,
             mutant: None,
         }
     }
@@ -137,6 +141,7 @@ impl LockModel {
             attempts: 2,
             renew: false,
             forces: 0,
+            merges: 0,
             mutant: None,
         }
     }
@@ -298,6 +303,9 @@ pub struct World {
     pub lost_responses: u8,
     pub window_expiries: u8,
     pub forces: u8,
+    pub merges: u8,
+    /// Every state row that ever landed, for the properties (merges drop rows from `rows`).
+    pub written: Vec<Row>,
     /// Generations forced open: their holders' updates may be lost, by the operator's will.
     pub forced: u8,
     /// Updates acknowledged to their callers (a bit per client).
@@ -355,6 +363,10 @@ pub enum Action {
     WindowPasses,
     /// An operator forces the lock open (`force_unlock`), at global time.
     Force,
+    /// A background merge on `replica` (on every replica with quorum).
+    Merge {
+        replica: u8,
+    },
 }
 
 impl World {
@@ -778,6 +790,54 @@ impl LockModel {
     }
 }
 
+impl LockModel {
+    /// A background merge of the parts on `replica` (every replica with quorum). The state table
+    /// is a ReplacingMergeTree(updated_at) by state id: the merge keeps the highest version, the
+    /// last inserted of equals, which is what `FINAL` reads. Settle mode's candidates table is a
+    /// ReplacingMergeTree(locked_at) by state id too: the merge keeps one candidate. The lock
+    /// log is a plain MergeTree (merges keep every row) and is not touched. Returns whether
+    /// anything merged.
+    fn merge(&self, world: &mut World, replica: u8) -> bool {
+        let mask = if self.quorum() {
+            (1 << self.replicas) - 1
+        } else {
+            1 << replica
+        };
+        let mergeable = |row: &Row| match self.protocol {
+            Protocol::Fenced => matches!(row, Row::State { .. }),
+            Protocol::Settle => matches!(row, Row::Candidate { .. }),
+        };
+        let parts: Vec<usize> = (0..world.rows.len())
+            .filter(|&i| world.rows[i].replicas & mask == mask && mergeable(&world.rows[i].row))
+            .collect();
+        if parts.len() < 2 {
+            return false;
+        }
+        // the highest version (locked_at for candidates), the last inserted of equals
+        let key = |row: &Row| match row {
+            Row::State { version, .. } => *version,
+            Row::Candidate { locked_at, .. } => *locked_at,
+            Row::Log { .. } => 0,
+        };
+        let mut kept = parts[0];
+        for &i in &parts[1..] {
+            if key(&world.rows[i].row) >= key(&world.rows[kept].row) {
+                kept = i;
+            }
+        }
+        let survivor = world.rows[kept].row.clone();
+        for &i in &parts {
+            world.rows[i].replicas &= !mask;
+        }
+        world.rows.retain(|r| r.replicas != 0);
+        world.rows.push(Landed {
+            row: survivor,
+            replicas: mask,
+        });
+        true
+    }
+}
+
 impl Model for LockModel {
     type State = World;
     type Action = Action;
@@ -817,6 +877,8 @@ impl Model for LockModel {
                 lost_responses: self.lost_responses,
                 window_expiries: self.window_expiries,
                 forces: self.forces,
+                merges: self.merges,
+                written: vec![],
                 forced: 0,
                 acknowledged: 0,
             })
@@ -873,6 +935,11 @@ impl Model for LockModel {
         if world.window_expiries > 0 && !world.dedup.is_empty() {
             actions.push(Action::WindowPasses);
         }
+        if world.merges > 0 {
+            for replica in 0..self.replicas_to_ask() {
+                actions.push(Action::Merge { replica });
+            }
+        }
         if world.forces > 0 && !newest(world.rows.iter().map(|r| &r.row)).is_free(world.now) {
             actions.push(Action::Force);
         }
@@ -899,6 +966,9 @@ impl Model for LockModel {
                 // Keeper's deduplication: the token is checked and stored with the part, in
                 // one transaction, cluster-wide.
                 if world.dedup.insert(token) {
+                    if let Row::State { .. } = row {
+                        world.written.push(row.clone());
+                    }
                     let replicas = if self.quorum() {
                         (1 << self.replicas) - 1
                     } else {
@@ -919,6 +989,12 @@ impl Model for LockModel {
             Action::WindowPasses => {
                 world.window_expiries -= 1;
                 world.dedup.clear();
+            }
+            Action::Merge { replica } => {
+                world.merges -= 1;
+                if !self.merge(&mut world, replica) {
+                    return None;
+                }
             }
             Action::Force => {
                 // The operator's row lands at once (its own insert races nothing here).
@@ -946,10 +1022,10 @@ impl Model for LockModel {
             Protocol::Fenced => vec![
                 Property::<Self>::always(ONE_HOLDER, |_, w| {
                     let mut owners = BTreeSet::new();
-                    for r in &w.rows {
+                    for r in &w.written {
                         if let Row::State {
                             generation, owner, ..
-                        } = r.row
+                        } = *r
                         {
                             owners.insert((generation, owner));
                         }
@@ -960,10 +1036,10 @@ impl Model for LockModel {
                 Property::<Self>::always(NOTHING_LOST, |_, w| {
                     // except the updates of a grant an operator forced open
                     let mut spared = 0u8;
-                    for r in &w.rows {
+                    for r in &w.written {
                         if let Row::State {
                             generation, owner, ..
-                        } = r.row
+                        } = *r
                             && w.forced & (1 << generation) != 0
                         {
                             spared |= 1 << (owner >> 4);
@@ -974,9 +1050,9 @@ impl Model for LockModel {
                 }),
                 Property::<Self>::always(FENCED, |_, w| {
                     let states: Vec<(u64, u64)> = w
-                        .rows
+                        .written
                         .iter()
-                        .filter_map(|r| match r.row {
+                        .filter_map(|r| match *r {
                             Row::State {
                                 version,
                                 generation,

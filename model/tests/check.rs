@@ -110,11 +110,12 @@ fn force() -> LockModel {
     }
 }
 
-/// A client that loses a claim tries again.
+/// A client that loses a claim tries again; a background merge of the state table runs.
 fn retries() -> LockModel {
     LockModel {
         attempts: 2,
         renew: false,
+        merges: 1,
         ..renewals()
     }
 }
@@ -148,8 +149,8 @@ fn fenced_with_a_forced_unlock() {
 }
 
 #[test]
-fn fenced_with_retried_claims() {
-    holds("retries", retries());
+fn fenced_with_retried_claims_and_a_merge() {
+    holds("retries and a merge", retries());
 }
 
 #[test]
@@ -235,4 +236,19 @@ fn settle_mode_comparing_with_the_time_before_the_insert_admits_two_holders() {
         settle().with(Mutant::SettleBeforeInsert),
         &[EXCLUSIVE],
     );
+}
+
+// -- a known limit ----------------------------------------------------------------------------
+
+/// Settle mode keeps the original backend's table, a ReplacingMergeTree by state id: a
+/// background merge keeps one candidate, and a holder whose row was merged away is invisible to
+/// the next contender. Not fixable without changing the Python backend's table (README, "The
+/// lock"); the model shows it, so that the limit is stated from a check, not a guess.
+#[test]
+fn settle_mode_is_not_safe_against_a_merge_of_its_candidates() {
+    let model = LockModel {
+        merges: 1,
+        ..settle()
+    };
+    caught("settle with a merge", model, &[EXCLUSIVE]);
 }
