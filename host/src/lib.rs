@@ -14,6 +14,7 @@
 
 mod backend;
 mod bindings;
+pub mod cache;
 pub mod clock;
 pub mod egress;
 mod error;

@@ -14,6 +14,7 @@ use wasmtime::{
 use crate::backend::Backend;
 use crate::bindings::ClickhouseStateBackendPre;
 use crate::bindings::meltano::state_backend::{clock, log};
+use crate::cache;
 use crate::clock::{Clock as HostClock, SystemClock};
 use crate::egress::{
     AddressAllowance, Authority, EgressPolicy, Interceptor, OutgoingHook, TimeoutLimits,
@@ -53,6 +54,9 @@ pub struct RuntimeOptions {
     /// Keep-alive connections per instance and destination (see [`PoolLimits`]); on by
     /// default, `PoolLimits::off()` opens a connection per request.
     pub keep_alive: PoolLimits,
+    /// Where a compiled component is kept for the next load (see [`cache`]); the per-user
+    /// cache by default, `None` compiles in memory every time.
+    pub compile_cache: Option<PathBuf>,
 }
 
 impl Default for RuntimeOptions {
@@ -66,6 +70,7 @@ impl Default for RuntimeOptions {
             call_deadline: None,
             pooled_instances: None,
             keep_alive: PoolLimits::default(),
+            compile_cache: cache::default_dir(),
         }
     }
 }
@@ -78,6 +83,8 @@ pub struct Runtime {
     sender: Sender,
     /// Stops the epoch ticker when the runtime goes away.
     ticker_stop: Arc<AtomicBool>,
+    /// How the component was obtained (compiled, from the cache, precompiled).
+    loaded: cache::Outcome,
 }
 
 /// The wasmtime this host is built with (precompiled components must match it).
@@ -165,21 +172,22 @@ impl Runtime {
                 })
                 .map_err(|e| Error::Component(format!("cannot start the epoch ticker: {e}")))?;
         }
-        let component = if bytes.starts_with(b"\x7fELF") {
+        let (component, loaded) = if bytes.starts_with(b"\x7fELF") {
             // SAFETY: `deserialize` trusts that the bytes are wasmtime's own output. They come
             // from the operator (the `--component` path or `Runtime::precompile`), never from a
             // guest or a tenant; wasmtime still checks the version and configuration.
-            unsafe { Component::deserialize(&engine, bytes) }.map_err(|e| {
+            let component = unsafe { Component::deserialize(&engine, bytes) }.map_err(|e| {
                 Error::Component(format!(
                     "cannot load this precompiled component ({e:#}); it was made by another \
                      wasmtime version or configuration than this host's (wasmtime \
                      {WASMTIME_VERSION}): compile the .wasm again with `state-backend compile`"
                 ))
-            })?
+            })?;
+            (component, cache::Outcome::Uncached("precompiled".into()))
         } else {
-            Component::from_binary(&engine, bytes)
-                .map_err(|e| Error::Component(format!("not a loadable component: {e:#}")))?
+            cache::load_or_compile(&engine, bytes, options.compile_cache.as_deref())?
         };
+        tracing::debug!(?loaded, "component loaded");
         let mut linker: Linker<HostState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(Error::trap)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(Error::trap)?;
@@ -198,7 +206,14 @@ impl Runtime {
             options,
             sender,
             ticker_stop,
+            loaded,
         })
+    }
+
+    /// How the component was obtained: from the compile cache, compiled (and stored), or
+    /// precompiled.
+    pub fn loaded(&self) -> &cache::Outcome {
+        &self.loaded
     }
 
     pub fn engine(&self) -> &Engine {
