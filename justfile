@@ -5,7 +5,6 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 
 python := ".venv/bin/python"
 # Where `meltano-install` stages the host and the component inside the Python package
-bundle := "host/python/src/meltano_clickhouse_state/bin"
 clickhouse_port := env("LOCAL_CLICKHOUSE_PORT", "8123")
 # Every integration test and the demo read this; point it elsewhere (e.g. ClickHouse Cloud)
 # to run them there.
@@ -94,27 +93,64 @@ test: guest
     trap '[[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
     {{just_executable()}} test-clickhouse
     cargo test --workspace
-    {{python}} -m pytest -q host/python/tests
+    {{just_executable()}} test-wheel
     BENCH_QUICK=1 cargo bench --profile dev -p integration-tests --bench report
 
 # The lock's model: checks every state within its bounds, and that each mutant is caught
 model:
     cargo test -p lock-model --test check -- --nocapture
 
-# Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`)
-test-meltano: guest
+# Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`), with
+# the workspace's debug host and component
+test-meltano: guest python-package
+    {{python}} -m pytest -q python/tests
+
+# The Meltano package into the dev venv, from a wheel of the debug host (reuses the test build)
+python-package: wheel-dev
+    {{python}} -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+        target/wheels/dev/meltano_state_backend_clickhouse_wasm-*.whl
+
+# A wheel of the debug host into target/wheels/dev: seconds after a test build, for testing the
+# package as installed (`just wheel` makes the release wheel)
+wheel-dev: guest
     cargo build -p meltano-state-host
-    {{python}} -m pytest -q host/python/tests
+    cp target/wasm32-wasip2/release-guest/clickhouse_state.wasm python/src/meltano_clickhouse_state/
+    rm -rf target/wheels/dev
+    cd python && PATH="{{justfile_directory()}}/.venv/bin:$PATH" maturin build --profile dev \
+        --compatibility linux --out ../target/wheels/dev
+
+# The Meltano tests against the package as a user installs it: the wheel with Meltano from PyPI
+# into a fresh venv, no cargo on PATH, the host and component found the installed way
+test-wheel: wheel-dev
+    #!/usr/bin/env bash
+    set -euo pipefail
+    venv=target/wheel-venv
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        target/wheels/dev/meltano_state_backend_clickhouse_wasm-*.whl meltano==4.4.1 pytest==9.2.0
+    path="$PWD/$venv/bin:/usr/local/bin:/usr/bin:/bin"
+    if env PATH="$path" bash -c 'command -v cargo' >/dev/null; then
+        echo "cargo is on the test PATH ($path)" >&2; exit 1
+    fi
+    # the user's environment (proxies, certificates), without cargo and the workspace's builds
+    env -u STATE_BACKEND_BIN -u STATE_BACKEND_COMPONENT -u VIRTUAL_ENV PATH="$path" \
+        STATE_BACKEND_TEST_INSTALLED=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
+
+# A platform wheel of the Meltano backend into target/wheels: the release host (linked against
+# glibc 2.17 with zig, so manylinux2014), the component and the Python package. `target=` cross-
+# builds, e.g. `just wheel aarch64-unknown-linux-gnu`.
+wheel target="": guest
+    cp target/wasm32-wasip2/release-guest/clickhouse_state.wasm python/src/meltano_clickhouse_state/
+    cd python && PATH="{{justfile_directory()}}/.venv/bin:$PATH" maturin build --release --zig \
+        --compatibility manylinux2014 {{ if target != "" { "--target " + target } else { "" } }} \
+        --out ../target/wheels
 
 # Install the Meltano backend into the virtualenv where Meltano is, e.g. `just meltano-install
-# ~/.venvs/meltano`: a release host, the component precompiled beside it, the Python package
-meltano-install venv: guest
-    cargo build --release -p meltano-state-host
-    rm -rf {{bundle}} && mkdir -p {{bundle}}
-    cp target/release/state-backend target/wasm32-wasip2/release-guest/clickhouse_state.wasm {{bundle}}/
-    {{bundle}}/state-backend --component {{bundle}}/clickhouse_state.wasm compile >/dev/null
-    {{venv}}/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall ./host/python
-    rm -rf {{bundle}} host/python/build
+# ~/.venvs/meltano`: the wheel `just wheel` builds
+meltano-install venv: wheel
+    {{venv}}/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+        target/wheels/meltano_state_backend_clickhouse_wasm-*-manylinux*_x86_64.whl
     @echo "installed into {{venv}}: set MELTANO_STATE_BACKEND_URI=clickhouse://user:password@host:port/database"
 
 # The benchmark report: overhead vs raw HTTP, scale, lock, component, keep-alive; writes
@@ -128,7 +164,7 @@ bench-quick: guest clickhouse-start
     BENCH_QUICK=1 cargo bench --profile dev -p integration-tests --bench report
 
 # Meltano benchmark: one update through Meltano and the bridge vs the host library directly
-bench-meltano: guest clickhouse-start
+bench-meltano: guest clickhouse-start python-package
     cargo build --release -p meltano-state-host
     cargo bench -p integration-tests --bench meltano
 

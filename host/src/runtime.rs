@@ -328,9 +328,31 @@ impl Default for InstanceOptions {
     }
 }
 
+/// The component a wheel installed beside `scripts`: `../lib/pythonX.Y/site-packages/` (POSIX)
+/// or `../Lib/site-packages/` (Windows), in the Meltano package.
+fn wheel_component(scripts: &Path) -> Option<PathBuf> {
+    let prefix = scripts.parent()?;
+    let mut site_packages = vec![prefix.join("Lib").join("site-packages")];
+    if let Ok(entries) = std::fs::read_dir(prefix.join("lib")) {
+        site_packages.extend(
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
+                .map(|e| e.path().join("site-packages")),
+        );
+    }
+    site_packages
+        .into_iter()
+        .map(|dir| dir.join(WHEEL_PACKAGE).join(COMPONENT_FILE))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The Python package the wheel installs the component into.
+const WHEEL_PACKAGE: &str = "meltano_clickhouse_state";
+
 /// Where the component is, unless `STATE_BACKEND_COMPONENT` says otherwise: beside the running
-/// executable (`.cwasm` first, then `.wasm`; an installed copy such as the Python package's),
-/// else in the cargo target directory the executable was built in.
+/// executable (`.cwasm` first, then `.wasm`), in the Python package a wheel installed with the
+/// executable, else in the cargo target directory the executable was built in.
 pub fn default_component_path() -> PathBuf {
     if let Some(path) = std::env::var_os(COMPONENT_ENV) {
         return PathBuf::from(path);
@@ -346,6 +368,11 @@ pub fn default_component_path() -> PathBuf {
                 return candidate;
             }
         }
+        // Installed by the Python wheel: this executable is in the environment's scripts
+        // directory, the component in the Meltano package of its site-packages.
+        if let Some(installed) = wheel_component(&dir) {
+            return installed;
+        }
     }
     let relative = Path::new("wasm32-wasip2")
         .join("release-guest")
@@ -360,4 +387,36 @@ pub fn default_component_path() -> PathBuf {
         }
     }
     Path::new("target").join(relative)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wheel_installed_component_is_found_from_the_scripts_directory() {
+        let prefix = tempfile::tempdir().unwrap();
+        let scripts = prefix.path().join("bin");
+        std::fs::create_dir_all(&scripts).unwrap();
+        assert_eq!(wheel_component(&scripts), None);
+        let package = prefix
+            .path()
+            .join("lib/python3.12/site-packages")
+            .join(WHEEL_PACKAGE);
+        std::fs::create_dir_all(&package).unwrap();
+        std::fs::write(package.join(COMPONENT_FILE), b"\0asm").unwrap();
+        assert_eq!(
+            wheel_component(&scripts),
+            Some(package.join(COMPONENT_FILE))
+        );
+        // Windows: Scripts\ and Lib\site-packages\
+        let windows = tempfile::tempdir().unwrap();
+        let package = windows.path().join("Lib/site-packages").join(WHEEL_PACKAGE);
+        std::fs::create_dir_all(&package).unwrap();
+        std::fs::write(package.join(COMPONENT_FILE), b"\0asm").unwrap();
+        assert_eq!(
+            wheel_component(&windows.path().join("Scripts")),
+            Some(package.join(COMPONENT_FILE))
+        );
+    }
 }

@@ -71,7 +71,7 @@ fn python(table: &TestTable, n: usize) -> (Vec<f64>, Vec<f64>) {
         "allow_loopback": true,
     });
     let mut child = Command::new(root().join(".venv/bin/python"))
-        .arg(root().join("host/python/bench/update_cost.py"))
+        .arg(root().join("python/bench/update_cost.py"))
         .arg(n.to_string())
         .env("STATE_BACKEND_BIN", host_binary())
         .stdin(Stdio::piped())

@@ -18,7 +18,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_URL = "http://default:@127.0.0.1:8123"
 MELTANO = Path(sys.executable).with_name("meltano")
 
@@ -70,9 +70,19 @@ def clickhouse() -> ClickHouse:
     return ClickHouse.from_env()
 
 
+#: Set (to 1) to test the package as installed from its wheel: its own host executable and
+#: component, found as a user's would be, instead of the workspace's debug build.
+INSTALLED = os.environ.get("STATE_BACKEND_TEST_INSTALLED") == "1"
+
+
 @pytest.fixture(scope="session")
 def host_bin() -> Path:
-    """The host executable the tests drive: $STATE_BACKEND_BIN or the debug build."""
+    """The host executable the tests drive: the installed one (see INSTALLED), else
+    $STATE_BACKEND_BIN or the debug build."""
+    if INSTALLED:
+        from meltano_clickhouse_state.bridge import find_executable
+
+        return find_executable()
     path = Path(os.environ.get("STATE_BACKEND_BIN", ROOT / "target" / "debug" / "state-backend"))
     if not path.is_file():
         pytest.fail(f"no host executable at {path}: run `cargo build -p meltano-state-host`")
@@ -91,13 +101,18 @@ def schema(clickhouse: ClickHouse):
 def backend_env(clickhouse: ClickHouse, host_bin: Path, schema: str, monkeypatch) -> dict[str, str]:
     """The environment a Meltano process needs to keep its state in `schema`."""
     env = {
-        "STATE_BACKEND_BIN": str(host_bin),
         "MELTANO_STATE_BACKEND_URI": clickhouse.uri(),
         "MELTANO_STATE_BACKEND_CLICKHOUSE_SCHEMA": schema,
         "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK": "true" if clickhouse.loopback else "false",
         "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
         "MELTANO_DISABLE_TRACKING": "true",
     }
+    if not INSTALLED:
+        # the workspace's builds, never a copy left in the source tree by `just wheel`
+        env["STATE_BACKEND_BIN"] = str(host_bin)
+        env["STATE_BACKEND_COMPONENT"] = str(
+            ROOT / "target" / "wasm32-wasip2" / "release-guest" / "clickhouse_state.wasm"
+        )
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env

@@ -21,6 +21,8 @@ from meltano.core.state_store.base import StateIDLockedError
 from meltano_clickhouse_state import BackendError, ClickHouseStateStoreManager
 from meltano_clickhouse_state.bridge import Bridge
 
+from conftest import INSTALLED, ROOT
+
 WORKER = Path(__file__).with_name("lock_worker.py")
 
 
@@ -226,21 +228,47 @@ def test_equal_configurations_share_one_host(manager_kwargs):
 
 
 def test_the_host_is_found_in_order(tmp_path, monkeypatch, host_bin):
-    from meltano_clickhouse_state.bridge import find_executable
+    from meltano_clickhouse_state.bridge import EXECUTABLE, find_executable
 
-    bundled = tmp_path / "bin" / "state-backend"
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    installed = scripts / EXECUTABLE
+    installed.write_bytes(b"")
+    bundled = tmp_path / "bin" / EXECUTABLE
     bundled.parent.mkdir()
     bundled.write_bytes(b"")
     on_path = tmp_path / "path"
     on_path.mkdir()
-    (on_path / "state-backend").symlink_to(host_bin)
+    (on_path / EXECUTABLE).symlink_to(host_bin)
     monkeypatch.setenv("PATH", str(on_path))
-    # The variable wins, then the bundled copy, then PATH.
+    nowhere = tmp_path / "elsewhere"
+    # The variable wins, then the wheel's script, then a bundled copy, then PATH.
     monkeypatch.setenv("STATE_BACKEND_BIN", str(host_bin))
-    assert find_executable(tmp_path) == host_bin
+    assert find_executable(tmp_path, scripts) == host_bin
     monkeypatch.delenv("STATE_BACKEND_BIN")
-    assert find_executable(tmp_path) == bundled
-    assert find_executable(tmp_path / "elsewhere") == on_path / "state-backend"
+    assert find_executable(tmp_path, scripts) == installed
+    assert find_executable(tmp_path, nowhere) == bundled
+    assert find_executable(nowhere, nowhere) == on_path / EXECUTABLE
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(BackendError, match="neither bundled in this package .* nor on PATH"):
-        find_executable(tmp_path / "elsewhere")
+    with pytest.raises(BackendError, match="not in this Python's scripts directory .* nor on PATH"):
+        find_executable(nowhere, nowhere)
+
+
+@pytest.mark.skipif(not INSTALLED, reason="checks the installed wheel (STATE_BACKEND_TEST_INSTALLED=1)")
+def test_the_installed_wheel_brings_its_host_and_component(host_bin):
+    import sysconfig
+
+    from meltano_clickhouse_state import bridge
+
+    assert "STATE_BACKEND_BIN" not in os.environ and "STATE_BACKEND_COMPONENT" not in os.environ
+    # the host the wheel installed as a script of this environment, not a workspace build
+    assert host_bin.parent == Path(sysconfig.get_path("scripts"))
+    assert Path(sys.prefix).resolve() in host_bin.resolve().parents
+    # the component inside the installed package, passed to the host
+    component = bridge.find_component()
+    assert component is not None and component.is_file()
+    assert component.parent == Path(bridge.__file__).resolve().parent
+    assert Path(sys.prefix).resolve() in component.resolve().parents
+    assert ROOT / "python" not in component.resolve().parents
+    config = bridge.HostConfig(uri="clickhouse://u:p@h/db")
+    assert config.environment()[bridge.COMPONENT_ENV] == str(component)

@@ -22,6 +22,8 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
+import sysconfig
 import threading
 import typing as t
 from dataclasses import dataclass, field
@@ -32,7 +34,11 @@ host_logger = logging.getLogger(f"{__name__}.host")
 
 #: Overrides where the host executable is.
 BIN_ENV = "STATE_BACKEND_BIN"
-EXECUTABLE = "state-backend"
+EXECUTABLE = "state-backend.exe" if sys.platform == "win32" else "state-backend"
+#: Names the component the host loads (the host's own variable).
+COMPONENT_ENV = "STATE_BACKEND_COMPONENT"
+#: The component, installed inside this package by the wheel.
+COMPONENT_FILE = "clickhouse_state.wasm"
 #: The host's settings variables: set from Meltano's settings only, never inherited.
 _SETTING_VARS = {
     "host": "CLICKHOUSE_HOST",
@@ -62,26 +68,40 @@ class BackendError(Exception):
         self.lock = lock
 
 
-def find_executable(package_dir: Path = Path(__file__).resolve().parent) -> Path:
-    """The host executable: $STATE_BACKEND_BIN, the copy bundled in this package, or PATH."""
+def find_executable(
+    package_dir: Path = Path(__file__).resolve().parent,
+    scripts_dir: Path = Path(sysconfig.get_path("scripts")),
+) -> Path:
+    """The host executable: $STATE_BACKEND_BIN, the one the wheel installed into this Python's
+    scripts directory, a copy bundled in this package, or PATH."""
     explicit = os.environ.get(BIN_ENV)
     if explicit:
         path = Path(explicit)
         if not path.is_file():
             raise BackendError("host", f"{BIN_ENV} names {path}, which is not a file")
         return path
-    bundled = package_dir / "bin" / EXECUTABLE
-    if bundled.is_file():
-        return bundled
+    candidates = [scripts_dir / EXECUTABLE, package_dir / "bin" / EXECUTABLE]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
     found = shutil.which(EXECUTABLE)
     if found:
         return Path(found)
     raise BackendError(
         "host",
-        f"the {EXECUTABLE} host executable was not found: it is neither bundled in this "
-        f"package ({bundled.parent}) nor on PATH; install a package built by "
-        f"`just meltano-package`, or set {BIN_ENV}",
+        f"the {EXECUTABLE} host executable was not found: it is not in this Python's scripts "
+        f"directory ({candidates[0].parent}) nor on PATH. Install the platform wheel "
+        f"(`pip install meltano-state-backend-clickhouse-wasm`), or set {BIN_ENV}",
     )
+
+
+def find_component(package_dir: Path = Path(__file__).resolve().parent) -> Path | None:
+    """The component the wheel installed inside this package, if any (else the host finds its
+    own: $STATE_BACKEND_COMPONENT, or beside its executable)."""
+    if os.environ.get(COMPONENT_ENV):
+        return None
+    installed = package_dir / COMPONENT_FILE
+    return installed if installed.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -124,6 +144,9 @@ class HostConfig:
         env[_URI_VAR] = self.uri
         for name, value in self.settings:
             env[_SETTING_VARS[name]] = value
+        component = find_component()
+        if component is not None:
+            env[COMPONENT_ENV] = str(component)
         return env
 
 
