@@ -146,6 +146,30 @@ wheel target="": guest
         --compatibility manylinux2014 {{ if target != "" { "--target " + target } else { "" } }} \
         --out ../target/wheels
 
+# Smoke-tests the aarch64 wheel (`just wheel aarch64-unknown-linux-gnu`) under qemu-user (the
+# Debian packages qemu-user and libc6-arm64-cross): the host starts, compiles the component to
+# aarch64 code into its cache, and sets, merges and reads a state in the local ClickHouse
+wheel-smoke-aarch64: clickhouse-start
+    #!/usr/bin/env bash
+    set -euo pipefail
+    wheel=$(ls target/wheels/meltano_state_backend_clickhouse_wasm-*-manylinux*_aarch64.whl)
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    {{python}} -m zipfile -e "$wheel" "$dir"
+    bin=$(ls "$dir"/*.data/scripts/state-backend)
+    chmod +x "$bin"
+    file "$bin"
+    export STATE_BACKEND_CACHE_DIR="$dir/cache" STATE_BACKEND_COMPONENT="$dir/meltano_clickhouse_state/clickhouse_state.wasm"
+    export MELTANO_STATE_BACKEND_URI="${CLICKHOUSE_URL%/}/default"
+    run() { qemu-aarch64 -L /usr/aarch64-linux-gnu "$bin" --allow-loopback -s schema=smoke_aarch64 "$@"; }
+    run --version
+    id="smoke:$(date +%s%N)"
+    run set "$id" '{"singer_state": {"a": 1}}'
+    run merge "$id" '{"singer_state": {"b": 2}}'
+    run get "$id" | {{python}} -c 'import json, sys; s = json.load(sys.stdin); print(s); assert s == {"singer_state": {"a": 1, "b": 2}}, s'
+    ls "$STATE_BACKEND_CACHE_DIR"/*.cwasm
+    echo "aarch64 wheel: OK"
+
 # Install the Meltano backend into the virtualenv where Meltano is, e.g. `just meltano-install
 # ~/.venvs/meltano`: the wheel `just wheel` builds
 meltano-install venv: wheel
