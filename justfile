@@ -110,8 +110,9 @@ python-package: wheel-dev
     {{python}} -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
         target/wheels/dev/meltano_state_backend_clickhouse_wasm-*.whl
 
-# A wheel of the debug host into target/wheels/dev: seconds after a test build, for testing the
-# package as installed (`just wheel` makes the release wheel)
+# A wheel of the debug host into target/wheels/dev, for testing the package as installed (`just
+# wheel` makes the release wheel). Seconds when the host's own build is current; after `cargo
+# test --workspace` about 3 min, as its dependencies' features differ from the workspace's.
 wheel-dev: guest
     cargo build -p meltano-state-host
     cp target/wasm32-wasip2/release-guest/clickhouse_state.wasm python/src/meltano_clickhouse_state/
