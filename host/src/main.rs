@@ -241,7 +241,7 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Backend(error)) => {
-            eprintln!("error: {}", one_line(&error.to_string()));
+            eprintln!("error: {}{}", one_line(&error.to_string()), hint(&error));
             ExitCode::from(match error {
                 Error::InvalidConfig(_) | Error::InvalidInput(_) => 2,
                 Error::Unauthorized(_) => 3,
@@ -250,6 +250,17 @@ fn main() -> ExitCode {
                 Error::Server { .. } | Error::Component(_) | Error::Panicked(_) => 1,
             })
         }
+    }
+}
+
+/// What to do about an error, where the CLI knows the flag that fixes it.
+fn hint(error: &Error) -> &'static str {
+    match error {
+        // The sandbox refused a special address (see `egress`): a local ClickHouse is loopback.
+        Error::Unreachable(m) if m.contains("its address is refused") => {
+            " (to reach a ClickHouse on this machine, pass --allow-loopback)"
+        }
+        _ => "",
     }
 }
 

@@ -220,6 +220,17 @@ def test_a_wrong_password_is_unauthorized_and_never_shown(manager_kwargs, caplog
     assert secret not in manager.label
 
 
+def test_a_refused_loopback_address_names_the_setting_that_allows_it(clickhouse, manager_kwargs):
+    if not clickhouse.loopback:
+        pytest.skip("the ClickHouse under test is not on this machine")
+    manager = make(**{**manager_kwargs, "allow_loopback": False})
+    with pytest.raises(BackendError) as refused:
+        manager.get("x")
+    assert refused.value.kind == "unreachable"
+    assert "its address is refused" in str(refused.value)
+    assert "state_backend.clickhouse.allow_loopback" in str(refused.value)
+
+
 def test_equal_configurations_share_one_host(manager_kwargs):
     first = make(**manager_kwargs)
     second = make(**manager_kwargs)

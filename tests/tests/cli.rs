@@ -598,3 +598,24 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
         stderr(&output)
     );
 }
+
+#[test]
+fn a_refused_loopback_address_names_the_flag_that_allows_it() {
+    let cli = Cli::new("cli_loopback");
+    let output = Command::new(binary())
+        .env_remove("MELTANO_STATE_BACKEND_URI")
+        .arg("--uri")
+        .arg(cli.table.target.uri())
+        .args(["get", "x"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !cli.table.target.host.starts_with("127.") && cli.table.target.host != "localhost" {
+        // A ClickHouse elsewhere is not loopback: the call goes through.
+        assert!(output.status.success(), "{stderr}");
+        return;
+    }
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("its address is refused"), "{stderr}");
+    assert!(stderr.contains("pass --allow-loopback"), "{stderr}");
+}

@@ -27,6 +27,14 @@ class StateLockedError(StateIDLockedError, BackendError):
 def _error(error: BackendError) -> BackendError:
     if error.kind == "locked":
         return StateLockedError(error.kind, error.message, error.lock)
+    if error.kind == "unreachable" and "its address is refused" in error.message:
+        # The sandbox refused a special address; a ClickHouse on this machine is loopback.
+        return BackendError(
+            error.kind,
+            f"{error.message} (to reach a ClickHouse on this machine, set "
+            "state_backend.clickhouse.allow_loopback to true, or "
+            "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK=true)",
+        )
     return error
 
 
