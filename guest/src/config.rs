@@ -125,12 +125,56 @@ pub struct Config {
     pub cluster: Option<String>,
 }
 
+/// What a configuration error is about: the URI, or one setting (which may also have come
+/// from the URI, as the user or the database can). Callers that know their own name for a
+/// setting (Meltano's `state_backend.clickhouse.user`) name it in their message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Culprit {
+    Uri,
+    Setting(String),
+}
+
+/// A configuration error and what it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub culprit: Culprit,
+    pub error: Error,
+}
+
+impl ConfigError {
+    fn setting(name: &str, error: Error) -> Self {
+        ConfigError {
+            culprit: Culprit::Setting(name.to_string()),
+            error,
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        e.error
+    }
+}
+
 impl Config {
     /// Parses `uri` and applies `settings` over it.
     pub fn parse(uri: &str, settings: &[(String, String)]) -> Result<Config> {
-        let mut parts = UriParts::parse(uri)?;
+        Ok(Config::parse_blaming(uri, settings)?)
+    }
+
+    /// As [`Config::parse`], saying which input an error is about.
+    pub fn parse_blaming(
+        uri: &str,
+        settings: &[(String, String)],
+    ) -> std::result::Result<Config, ConfigError> {
+        let mut parts = UriParts::parse(uri).map_err(|error| ConfigError {
+            culprit: Culprit::Uri,
+            error,
+        })?;
         for (name, value) in settings {
-            parts.apply(name, value)?;
+            parts
+                .apply(name, value)
+                .map_err(|e| ConfigError::setting(name, e))?;
         }
         parts.finish()
     }
@@ -291,7 +335,10 @@ impl UriParts {
         Ok(())
     }
 
-    fn finish(self) -> Result<Config> {
+    fn finish(self) -> std::result::Result<Config, ConfigError> {
+        fn blame(name: &'static str) -> impl Fn(Error) -> ConfigError {
+            move |e| ConfigError::setting(name, e)
+        }
         let scheme = if self.secure.unwrap_or(false) {
             Scheme::Https
         } else {
@@ -300,32 +347,39 @@ impl UriParts {
         let host = self
             .host
             .filter(|h| !h.is_empty())
-            .ok_or_else(|| Error::InvalidConfig("missing host".into()))?;
+            .ok_or_else(|| Error::InvalidConfig("missing host".into()))
+            .map_err(blame("host"))?;
         let port = self.port.unwrap_or(match scheme {
             Scheme::Http => HTTP_PORT,
             Scheme::Https => HTTPS_PORT,
         });
         if port == 0 {
-            return Err(Error::InvalidConfig("invalid port 0".into()));
+            return Err(blame("port")(Error::InvalidConfig("invalid port 0".into())));
         }
-        let user = self.user.filter(|u| !u.is_empty()).ok_or_else(|| {
-            Error::InvalidConfig("missing user (in the URI or the 'user' setting)".into())
-        })?;
+        let user = self
+            .user
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| {
+                Error::InvalidConfig("missing user (in the URI or the 'user' setting)".into())
+            })
+            .map_err(blame("user"))?;
         let database = self.database.filter(|d| !d.is_empty()).ok_or_else(|| {
-            Error::InvalidConfig(
+            blame("database")(Error::InvalidConfig(
                 "missing database (the URI path, e.g. clickhouse://host:8123/default, or the 'database' setting)".into(),
-            )
+            ))
         })?;
         let schema = self.schema.unwrap_or_else(|| DEFAULT_SCHEMA.into());
         let table = self.table.unwrap_or_else(|| DEFAULT_TABLE.into());
-        validate_identifier("schema", &schema)?;
-        validate_identifier("table", &table)?;
+        validate_identifier("schema", &schema).map_err(blame("schema"))?;
+        validate_identifier("table", &table).map_err(blame("table"))?;
         if table.len() > 190 {
-            return Err(Error::InvalidConfig("table name is too long".into()));
+            return Err(blame("table")(Error::InvalidConfig(
+                "table name is too long".into(),
+            )));
         }
         let cluster = self.cluster.filter(|c| !c.is_empty());
         if let Some(cluster) = &cluster {
-            validate_identifier("cluster", cluster)?;
+            validate_identifier("cluster", cluster).map_err(blame("cluster"))?;
         }
         Ok(Config {
             scheme,
@@ -568,5 +622,31 @@ mod tests {
         let shown = format!("{c:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn an_error_names_what_it_is_about() {
+        let culprit = |uri: &str, pairs: &[(&str, &str)]| {
+            Config::parse_blaming(uri, &settings(pairs))
+                .map(drop)
+                .map_err(|e| e.culprit)
+        };
+        let setting = |name: &str| Err(Culprit::Setting(name.into()));
+        let uri = "clickhouse://u@h:8123/db";
+        assert_eq!(culprit("clickhouse//nope", &[]), Err(Culprit::Uri));
+        assert_eq!(culprit("ftp://u@h/db", &[]), Err(Culprit::Uri));
+        assert_eq!(culprit(uri, &[("lock_mode", "x")]), setting("lock_mode"));
+        assert_eq!(culprit(uri, &[("port", "70000")]), setting("port"));
+        assert_eq!(culprit(uri, &[("nonsense", "1")]), setting("nonsense"));
+        assert_eq!(culprit(uri, &[("schema", "a-b")]), setting("schema"));
+        assert_eq!(culprit(uri, &[("cluster", "a b")]), setting("cluster"));
+        assert_eq!(culprit("clickhouse://h:8123/db", &[]), setting("user"));
+        assert_eq!(culprit("clickhouse://u@h:8123", &[]), setting("database"));
+        assert_eq!(culprit(uri, &[("host", "")]), setting("host"));
+        assert_eq!(culprit(uri, &[("user", "v")]), Ok(()));
+        // The plain parse gives the same error, without the culprit.
+        let plain = Config::parse("clickhouse://h:8123/db", &[]).map(drop);
+        let blamed = Config::parse_blaming("clickhouse://h:8123/db", &[]).map(drop);
+        assert_eq!(plain, blamed.map_err(Error::from));
     }
 }

@@ -1,17 +1,19 @@
 //! `state-backend`: Meltano's `meltano state` commands, run through the component.
 
 use std::io::{IsTerminal, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
+use clickhouse_state::config::{Config, Culprit};
 use serde_json::{Map, Value, json};
 use state_host::egress::AddressAllowance;
+use state_host::settings::{self, Settings};
 use state_host::tls::TlsOptions;
-use state_host::{Backend, Error, Runtime, RuntimeOptions, State, settings};
+use state_host::{Backend, Error, Runtime, RuntimeOptions, State};
 
 /// The local ClickHouse that `just clickhouse-start` runs (reaching it needs --allow-loopback).
 const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
@@ -190,6 +192,8 @@ fn name_only(text: &str) -> &str {
 enum Failure {
     Usage(String),
     Backend(Error),
+    /// Already reported (on stdout, by `serve`); exit with this code and say nothing more.
+    Reported(u8),
 }
 
 impl From<Error> for Failure {
@@ -240,16 +244,21 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::from(2)
         }
+        Err(Failure::Reported(code)) => ExitCode::from(code),
         Err(Failure::Backend(error)) => {
             eprintln!("error: {}{}", one_line(&error.to_string()), hint(&error));
-            ExitCode::from(match error {
-                Error::InvalidConfig(_) | Error::InvalidInput(_) => 2,
-                Error::Unauthorized(_) => 3,
-                Error::Unreachable(_) | Error::Timeout(_) => 4,
-                Error::Locked(_) | Error::LockLost(_) => 5,
-                Error::Server { .. } | Error::Component(_) | Error::Panicked(_) => 1,
-            })
+            ExitCode::from(exit_code(&error))
         }
+    }
+}
+
+fn exit_code(error: &Error) -> u8 {
+    match error {
+        Error::InvalidConfig(_) | Error::InvalidInput(_) => 2,
+        Error::Unauthorized(_) => 3,
+        Error::Unreachable(_) | Error::Timeout(_) => 4,
+        Error::Locked(_) | Error::LockLost(_) => 5,
+        Error::Server { .. } | Error::Component(_) | Error::Panicked(_) => 1,
     }
 }
 
@@ -294,17 +303,46 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
     if let Command::Migrate { print: true } = cli.command {
         return print_migration(&cli.uri, &all_settings);
     }
-    let runtime = Runtime::load(&component, options)?;
-    let mut backend = runtime.open(&cli.uri, all_settings).await?;
     if let Command::Serve { .. } = cli.command {
+        let backend = match start_serving(&cli.uri, all_settings, &component, options).await {
+            Ok(backend) => backend,
+            Err((error, setting)) => {
+                serve::startup_failure(&error, setting.as_deref());
+                return Err(Failure::Reported(exit_code(&error)));
+            }
+        };
         serve::serve_stdio(backend).await?;
         return Ok(Value::Null);
     }
+    let runtime = Runtime::load(&component, options)?;
+    let mut backend = runtime.open(&cli.uri, all_settings).await?;
     let output = execute(&mut backend, cli.command).await;
     let closed = backend.close().await;
     let output = output?;
     closed?;
     Ok(output)
+}
+
+/// The instance `serve` runs, or why there is none and which setting that is about.
+async fn start_serving(
+    uri: &str,
+    settings: Settings,
+    component: &Path,
+    options: RuntimeOptions,
+) -> Result<Backend, (Error, Option<String>)> {
+    if let Err(e) = Config::parse_blaming(uri, &settings) {
+        let setting = match e.culprit {
+            Culprit::Uri => "uri".to_string(),
+            Culprit::Setting(name) => name,
+        };
+        return Err((e.error.into(), Some(setting)));
+    }
+    if let Err(error) = options.tls.client_config() {
+        let setting = options.tls.culprit().map(str::to_string);
+        return Err((error, setting));
+    }
+    let runtime = Runtime::load(component, options).map_err(|e| (e, None))?;
+    runtime.open(uri, settings).await.map_err(|e| (e, None))
 }
 
 async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failure> {
@@ -451,8 +489,7 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
 
 /// The DDL `migrate` would run with these settings, as SQL text on stdout.
 fn print_migration(uri: &str, settings: &[(String, String)]) -> Result<Value, Failure> {
-    let config = clickhouse_state::config::Config::parse(uri, settings)
-        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let config = Config::parse(uri, settings).map_err(|e| Failure::Usage(e.to_string()))?;
     let kind = match &config.cluster {
         Some(cluster) => format!("a self-managed replicated cluster ('{cluster}')"),
         None => "one server or ClickHouse Cloud (which makes each table Shared)".to_string(),

@@ -5,17 +5,40 @@
 //! Answer, one line: `{"id": 1, "result": ...}` or `{"id": 1, "error": {"kind": "locked",
 //! "message": "...", "lock": {...}}}`. Locks are referred to by the number `acquire_lock`
 //! returns. End of input ends the process (held locks are released first).
+//!
+//! Start-up: the first line says whether the instance is ready, `{"ready": {"version": "..."}}`,
+//! or why not, `{"error": {"kind": "invalid-config", "message": "...", "setting": "lock_mode"}}`
+//! (then the process exits with code 2). `setting` names the setting a configuration error is
+//! about (`uri` for the URI itself), so that the caller can name its own setting for it: the
+//! bridge raises Meltano's configuration error naming `state_backend.clickhouse.lock_mode`
+//! when it starts, not at the first operation.
 
 use std::collections::HashMap;
+use std::io::Write;
 
 use serde_json::{Value, json};
 use state_host::{Backend, Error, Lock, LockInfo, State};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+/// The first line when the instance could not start: what went wrong and, where known, which
+/// setting it is about.
+pub fn startup_failure(error: &Error, setting: Option<&str>) {
+    let mut value = error_json(error);
+    if let Some(setting) = setting {
+        value["setting"] = json!(setting);
+    }
+    // Nothing else to do if stdout is gone: the caller sees the exit code.
+    let _ = writeln!(std::io::stdout(), "{}", json!({ "error": value }));
+}
+
 /// Serves requests from stdin until it closes.
 pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut stdout = tokio::io::stdout();
+    let ready = json!({"ready": {"version": env!("CARGO_PKG_VERSION")}}).to_string() + "\n";
+    if stdout.write_all(ready.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+        return backend.close().await;
+    }
     let mut locks: HashMap<u64, Lock> = HashMap::new();
     let mut next_lock = 1u64;
     loop {

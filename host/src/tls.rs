@@ -87,6 +87,33 @@ impl TlsOptions {
     }
 }
 
+impl TlsOptions {
+    /// Which option a [`TlsOptions::client_config`] error is about (`ca_bundle`, `client_cert`,
+    /// `client_key`), so that a caller can name its own setting for it.
+    pub fn culprit(&self) -> Option<&'static str> {
+        if let Some(path) = &self.ca_bundle
+            && read_certs(path, "CA bundle").is_err()
+        {
+            return Some("ca_bundle");
+        }
+        match (&self.client_cert, &self.client_key) {
+            (None, None) => None,
+            (Some(_), None) => Some("client_key"),
+            (None, Some(_)) => Some("client_cert"),
+            (Some(cert), Some(key)) => {
+                if read_certs(cert, "client certificate").is_err() {
+                    Some("client_cert")
+                } else if PrivateKeyDer::from_pem_file(key).is_err() {
+                    Some("client_key")
+                } else {
+                    // Both read, but they do not make an identity: the pair is wrong.
+                    Some("client_cert")
+                }
+            }
+        }
+    }
+}
+
 fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
         .map_err(|e| Error::InvalidConfig(format!("{what} {}: {e}", path.display())))?
@@ -120,6 +147,7 @@ mod tests {
             Err(Error::InvalidConfig(m)) => assert!(m.contains("/nonexistent/ca.pem"), "{m}"),
             other => panic!("{other:?}"),
         }
+        assert_eq!(options.culprit(), Some("ca_bundle"));
     }
 
     #[test]
@@ -145,5 +173,13 @@ mod tests {
         assert!(
             matches!(options.client_config(), Err(Error::InvalidConfig(m)) if m.contains("both"))
         );
+        assert_eq!(options.culprit(), Some("client_key"));
+        let unreadable_key = TlsOptions {
+            client_key: Some("/nonexistent/key.pem".into()),
+            ..options
+        };
+        // The certificate is checked first: it is missing too.
+        assert_eq!(unreadable_key.culprit(), Some("client_cert"));
+        assert_eq!(TlsOptions::default().culprit(), None);
     }
 }

@@ -14,7 +14,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import pytest
 
@@ -55,10 +55,14 @@ class ClickHouse:
             f"@{self.host}:{self.port}/default{query}"
         )
 
-    def query(self, sql: str) -> str:
-        """Runs SQL over plain HTTP, bypassing the component (to check and to clean up)."""
+    def query(self, sql: str, **params: str) -> str:
+        """Runs SQL over plain HTTP, bypassing the component (to check and to clean up);
+        ``params`` are bound to the query's ``{name:Type}`` parameters."""
         scheme = "https" if self.secure else "http"
-        request = urllib.request.Request(f"{scheme}://{self.host}:{self.port}/", data=sql.encode())
+        bound = urlencode({f"param_{name}": value for name, value in params.items()})
+        request = urllib.request.Request(
+            f"{scheme}://{self.host}:{self.port}/?{bound}", data=sql.encode()
+        )
         token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
         with urllib.request.urlopen(request, timeout=30) as response:
@@ -137,11 +141,17 @@ class Project:
     path: Path
     env: dict[str, str]
 
-    def meltano(self, *args: str, input: str | None = None, check: bool = True):
+    def meltano(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+    ):
         result = subprocess.run(
             [str(MELTANO), *args],
             cwd=self.path,
-            env=self.env,
+            env={**self.env, **(env or {})},
             input=input,
             capture_output=True,
             text=True,

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from meltano.core.error import MeltanoConfigurationError
 from meltano.core.state_store import MeltanoState, StateBackend
 from meltano.core.state_store.base import StateIDLockedError
 
@@ -182,14 +183,21 @@ def test_a_writer_whose_lock_was_broken_cannot_overwrite(manager, manager_kwargs
 
 def test_a_crashed_host_gives_a_clear_error_and_the_next_call_recovers(manager):
     manager.set(MeltanoState("dev:crash", {}, {"singer_state": {"v": 1}}))
-    os.kill(manager._bridge.pid, signal.SIGKILL)
-    started = time.monotonic()
+    # Killed while this manager holds a lock, whose number only that host knew: an error.
     with pytest.raises(BackendError) as crashed:
-        manager.get("dev:crash")
+        with manager.acquire_lock("dev:crash", retry_seconds=1):
+            os.kill(manager._bridge.pid, signal.SIGKILL)
+            manager._bridge._process.wait(timeout=10)
+            started = time.monotonic()
+            manager.get("dev:crash")
     assert time.monotonic() - started < 10
     assert crashed.value.kind == "host"
     assert "killed by signal 9" in str(crashed.value)
     # The next operation starts a new host.
+    assert manager.get("dev:crash").completed_state == {"singer_state": {"v": 1}}
+    # Killed while idle: the next operation starts a new host at once.
+    os.kill(manager._bridge.pid, signal.SIGKILL)
+    manager._bridge._process.wait(timeout=10)
     assert manager.get("dev:crash").completed_state == {"singer_state": {"v": 1}}
 
 
@@ -199,12 +207,113 @@ def test_a_missing_host_gives_a_clear_error(manager_kwargs, monkeypatch):
         make(**{**manager_kwargs, "table": "other"})
 
 
-def test_a_host_that_cannot_start_says_why(manager_kwargs):
-    manager = make(**{**manager_kwargs, "uri": "clickhouse://default@127.0.0.1:8123/db?secure=maybe"})
-    with pytest.raises(BackendError) as failed:
-        manager.get("x")
-    assert "exited with code 2" in str(failed.value)
-    assert "secure" in str(failed.value)
+def test_a_bad_uri_is_meltanos_configuration_error_where_the_manager_is_made(manager_kwargs):
+    uri = "clickhouse://default:s3cret@127.0.0.1:8123/db?secure=maybe"
+    with pytest.raises(MeltanoConfigurationError) as failed:
+        make(**{**manager_kwargs, "uri": uri})
+    assert failed.value.setting == "state_backend.uri"
+    assert "'secure' must be true or false" in str(failed.value)
+    assert "MELTANO_STATE_BACKEND_URI" in str(failed.value)
+    assert "s3cret" not in str(failed.value)
+
+
+# A value the host refuses for each setting, given as Meltano gives it.
+BAD_VALUES = {
+    "host": "",
+    "port": 70000,
+    "database": "",
+    "user": "",
+    "secure": "maybe",
+    "schema": "not-a-name",
+    "table": "x;y",
+    "cluster": "two words",
+    "lock_mode": "sometimes",
+    "lock_lease_seconds": 0,
+    "lock_settle_seconds": -1,
+    "retries": 99,
+    "retry_backoff_seconds": "soon",
+    "ca_bundle": "/nonexistent/ca.pem",
+    "lock_timeout_seconds": -5,
+    "lock_retry_seconds": 0,
+}
+
+
+@pytest.mark.parametrize("setting", sorted(BAD_VALUES))
+def test_every_setting_reaches_the_host_and_a_bad_value_names_it(manager_kwargs, setting):
+    with pytest.raises(MeltanoConfigurationError) as failed:
+        make(**{**manager_kwargs, setting: BAD_VALUES[setting]})
+    expected = (
+        f"state_backend.{setting}"
+        if setting.startswith("lock_") and setting.endswith(("timeout_seconds", "retry_seconds"))
+        else f"state_backend.clickhouse.{setting}"
+    )
+    assert failed.value.setting == expected, str(failed.value)
+    assert expected in str(failed.value)
+    assert "MELTANO_" + expected.upper().replace(".", "_") in str(failed.value)
+
+
+def test_every_meltano_setting_of_ours_is_tested_or_cannot_be_wrong():
+    from meltano.core.config_service import ConfigService
+
+    ours = {
+        s.name.removeprefix("state_backend.clickhouse.")
+        for s in ConfigService.addon.get_all()
+        if s.name.startswith("state_backend.clickhouse.")
+    }
+    # password: any text is a password; allow_loopback: a boolean Meltano casts; the client
+    # pair: the next test.
+    assert ours - set(BAD_VALUES) == {"password", "allow_loopback", "client_cert", "client_key"}
+
+
+def test_mutual_tls_names_the_missing_or_unreadable_half(manager_kwargs, tmp_path):
+    with pytest.raises(MeltanoConfigurationError) as half:
+        make(**{**manager_kwargs, "client_cert": str(tmp_path / "cert.pem")})
+    assert half.value.setting == "state_backend.clickhouse.client_key"
+    (tmp_path / "cert.pem").write_text("not a certificate")
+    with pytest.raises(MeltanoConfigurationError) as unreadable:
+        make(
+            **manager_kwargs,
+            client_cert=str(tmp_path / "cert.pem"),
+            client_key=str(tmp_path / "key.pem"),
+        )
+    assert unreadable.value.setting == "state_backend.clickhouse.client_cert"
+
+
+def test_lock_settings_reach_the_lock(manager_kwargs, clickhouse, schema):
+    sid = "dev:settings"
+    with make(**{**manager_kwargs, "lock_lease_seconds": 42}) as fenced:
+        with fenced.acquire_lock(sid, retry_seconds=1):
+            info = fenced._call("lock_info", state_id=sid)
+            assert info["expires_at_ms"] - info["acquired_at_ms"] == 42_000
+    with make(**{**manager_kwargs, "lock_mode": "settle", "lock_settle_seconds": 0.1}) as settle:
+        started = time.monotonic()
+        with settle.acquire_lock(sid, retry_seconds=1):
+            # The original protocol's candidate row, in the original's lock table.
+            rows = clickhouse.query(
+                f"SELECT count() FROM {schema}.state_lock WHERE state_id = {{id:String}}", id=sid
+            )
+            assert rows.strip() == "1"
+        assert time.monotonic() - started < 5
+
+
+def test_the_host_logs_at_meltanos_level(manager_kwargs, caplog):
+    from meltano_clickhouse_state.bridge import host_log_level
+
+    assert [host_log_level(level) for level in (5, 10, 20, 30, 40, 50)] == [
+        "debug", "debug", "info", "warn", "error", "error",
+    ]
+    caplog.set_level(logging.WARNING)
+    assert make(**manager_kwargs).config.log_level == "warn"
+    caplog.set_level(logging.DEBUG)
+    manager = make(**{**manager_kwargs, "table": "debug_level"})
+    assert manager.config.log_level == "debug"
+    manager.get("x")
+    # The host's own debug line, forwarded at debug level under the bridge's logger.
+    loaded = [
+        r for r in caplog.records
+        if r.name == "meltano_clickhouse_state.bridge.host" and "component loaded" in r.getMessage()
+    ]
+    assert loaded and all(r.levelno == logging.DEBUG for r in loaded), caplog.text
 
 
 def test_a_wrong_password_is_unauthorized_and_never_shown(manager_kwargs, caplog):
@@ -283,3 +392,21 @@ def test_the_installed_wheel_brings_its_host_and_component(host_bin):
     assert ROOT / "python" not in component.resolve().parents
     config = bridge.HostConfig(uri="clickhouse://u:p@h/db")
     assert config.environment()[bridge.COMPONENT_ENV] == str(component)
+
+
+def test_a_second_package_serving_clickhouse_refuses_this_one(manager_kwargs, tmp_path, monkeypatch):
+    dist = tmp_path / "meltano_state_backend_clickhouse-0.3.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: meltano-state-backend-clickhouse\nVersion: 0.3.0\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        "[meltano.state_backends]\nclickhouse = other_backend:Manager\n"
+    )
+    # Last on the path: Meltano would pick this package, which refuses to run beside the other.
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
+    with pytest.raises(MeltanoConfigurationError) as refused:
+        ClickHouseStateStoreManager(**manager_kwargs)
+    said = str(refused.value)
+    assert "meltano-state-backend-clickhouse-wasm and meltano-state-backend-clickhouse" in said
+    assert "lock_mode=settle" in said

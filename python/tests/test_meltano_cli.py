@@ -8,6 +8,7 @@ system database instead.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,60 @@ def test_a_held_lock_makes_meltano_state_set_fail_clearly(project, manager_kwarg
         assert holder.wait(timeout=60) == 0
     project.meltano("state", "set", "--force", sid, '{"singer_state": {"after": 1}}')
     assert last_json(project.meltano("state", "get", sid).stdout) == {"singer_state": {"after": 1}}
+
+
+def test_a_bad_setting_is_a_meltano_error_naming_it(project, schema, clickhouse):
+    for variable, says in [
+        ("LOCK_MODE", "'lock_mode' must be 'fenced' or 'settle', not 'sometimes'"),
+        ("PORT", "invalid port 'sometimes'"),
+        ("LOCK_LEASE_SECONDS", "'lock_lease_seconds' must be a number of seconds"),
+    ]:
+        env = f"MELTANO_STATE_BACKEND_CLICKHOUSE_{variable}"
+        refused = project.meltano("state", "list", check=False, env={env: "sometimes"})
+        said = refused.stdout + refused.stderr
+        assert refused.returncode != 0, said
+        assert says in said, said
+        assert f"state_backend.clickhouse.{variable.lower()}" in said
+        assert env in said
+        # Meltano's own error output, not a traceback.
+        assert "Traceback" not in said, said
+    # A good value is used: settle mode takes its lock in the original's lock table.
+    project.env["MELTANO_STATE_BACKEND_CLICKHOUSE_LOCK_MODE"] = "settle"
+    project.meltano("state", "merge", "dev:settle", '{"singer_state": {"a": 1}}')
+    tables = clickhouse.query(
+        "SELECT name FROM system.tables WHERE database = {db:String} FORMAT TSVRaw", db=schema
+    ).split()
+    assert "state_lock" in tables
+
+
+def test_the_host_logs_at_meltanos_log_level(project):
+    quiet = project.meltano("state", "list")
+    assert "component loaded" not in quiet.stdout + quiet.stderr
+    loud = project.meltano("--log-level=debug", "state", "list")
+    assert "component loaded" in loud.stdout + loud.stderr
+
+
+def test_a_second_package_serving_clickhouse_is_reported(project, tmp_path):
+    """The original package installed next to this one: both register `clickhouse`."""
+    site = tmp_path / "other-site"
+    dist = site / "meltano_state_backend_clickhouse-0.3.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: meltano-state-backend-clickhouse\nVersion: 0.3.0\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        "[meltano.state_backends]\nclickhouse = other_clickhouse_backend:Manager\n"
+    )
+    (site / "other_clickhouse_backend.py").write_text(
+        "raise ImportError('the other package ran, not this one')\n"
+    )
+    # First on the path, so Meltano picks the other package: this one's settings, which Meltano
+    # loads whichever it picks, must still say so.
+    project.env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(site), project.env.get("PYTHONPATH")])
+    )
+    refused = project.meltano("state", "list", check=False)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0, said
+    assert "two packages serve Meltano's clickhouse:// state backend" in said, said
+    assert "meltano-state-backend-clickhouse (other_clickhouse_backend:Manager)" in said

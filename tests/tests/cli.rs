@@ -505,6 +505,13 @@ fn serve_answers_json_lines_with_one_instance() {
         .unwrap();
     let mut input = server.stdin.take().unwrap();
     let mut output = BufReader::new(server.stdout.take().unwrap());
+    let mut first = String::new();
+    output.read_line(&mut first).unwrap();
+    assert_eq!(
+        json(&first)["ready"]["version"],
+        env!("CARGO_PKG_VERSION"),
+        "{first}"
+    );
     let mut ask = |request: serde_json::Value| {
         writeln!(input, "{request}").unwrap();
         input.flush().unwrap();
@@ -553,6 +560,37 @@ fn serve_answers_json_lines_with_one_instance() {
     drop(input);
     assert!(server.wait().unwrap().success());
     assert_eq!(cli.ok(&["lock-info", "s"])["locked"], false);
+}
+
+#[test]
+fn serve_that_cannot_start_says_which_setting_is_wrong_on_its_first_line() {
+    let cli = Cli::new("cli_serve_refused");
+    let cases: [(&[&str], &str, &str); 4] = [
+        (
+            &["-s", "lock_mode=sometimes"],
+            "lock_mode",
+            "'lock_mode' must be",
+        ),
+        (&["-s", "user="], "user", "missing user"),
+        (&["--uri", "ftp://x/y"], "uri", "unknown URI scheme"),
+        (
+            &["--ca-bundle", "/nonexistent/ca.pem"],
+            "ca_bundle",
+            "/nonexistent/ca.pem",
+        ),
+    ];
+    for (args, setting, says) in cases {
+        let out = cli.run_stdin(&[args, &["serve", "--stdio"]].concat(), "");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let first = String::from_utf8_lossy(&out.stdout);
+        let error = &json(first.lines().next().unwrap_or(""))["error"];
+        assert_eq!(error["kind"], "invalid-config", "{args:?}: {first}");
+        assert_eq!(error["setting"], setting, "{args:?}: {first}");
+        let message = error["message"].as_str().unwrap_or("");
+        assert!(message.contains(says), "{args:?}: {message}");
+        // Reported once, on stdout: nothing for the caller's log to repeat.
+        assert!(out.stderr.is_empty(), "{args:?}: {}", stderr(&out));
+    }
 }
 
 #[test]

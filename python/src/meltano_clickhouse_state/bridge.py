@@ -7,8 +7,12 @@ costs one pipe round trip per call, well under a millisecond, against the severa
 of the ClickHouse queries behind every call. The process starts once per configuration per
 Meltano process and lives until the interpreter exits.
 
+Start-up: the host's first line says it is ready, or why it cannot start and which setting that
+is about; :class:`Bridge` waits for it, so a bad configuration fails where the manager is made.
+
 Secrets: the URI and the password reach the child in its environment, never on its command
-line (which any local user can read), and nothing here prints them.
+line (which any local user can read), and nothing here prints them. Other settings are
+``--setting`` arguments.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import logging
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -39,18 +44,47 @@ EXECUTABLE = "state-backend.exe" if sys.platform == "win32" else "state-backend"
 COMPONENT_ENV = "STATE_BACKEND_COMPONENT"
 #: The component, installed inside this package by the wheel.
 COMPONENT_FILE = "clickhouse_state.wasm"
-#: The host's settings variables: set from Meltano's settings only, never inherited.
-_SETTING_VARS = {
-    "host": "CLICKHOUSE_HOST",
-    "port": "CLICKHOUSE_PORT",
-    "database": "CLICKHOUSE_DATABASE",
-    "user": "CLICKHOUSE_USER",
-    "password": "CLICKHOUSE_PASSWORD",
-    "secure": "CLICKHOUSE_SECURE",
-    "schema": "CLICKHOUSE_SCHEMA",
-    "table": "CLICKHOUSE_TABLE",
-}
+#: The variables the host reads settings from: set from Meltano's settings only, never inherited.
+_INHERITED_NOT = frozenset(
+    {
+        "CLICKHOUSE_HOST",
+        "CLICKHOUSE_PORT",
+        "CLICKHOUSE_DATABASE",
+        "CLICKHOUSE_USER",
+        "CLICKHOUSE_PASSWORD",
+        "CLICKHOUSE_SECURE",
+        "CLICKHOUSE_SCHEMA",
+        "CLICKHOUSE_TABLE",
+        "CLICKHOUSE_CA_BUNDLE",
+        "CLICKHOUSE_CLIENT_CERT",
+        "CLICKHOUSE_CLIENT_KEY",
+        "STATE_BACKEND_ALLOW_LOOPBACK",
+    }
+)
 _URI_VAR = "MELTANO_STATE_BACKEND_URI"
+_PASSWORD_VAR = "CLICKHOUSE_PASSWORD"
+#: How long the host may take to start: loading the component compiles it on first use.
+_START_SECONDS = 300.0
+#: A line of the host's log: time, level, the rest.
+_LOG_LINE = re.compile(r"^\S+\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+(.*)$")
+_LEVELS = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+}
+
+
+def host_log_level(level: int) -> str:
+    """The host's ``--log`` value for a Python logging level."""
+    if level <= logging.DEBUG:
+        return "debug"
+    if level <= logging.INFO:
+        return "info"
+    if level <= logging.WARNING:
+        return "warn"
+    return "error"
 #: How long past its own deadline (the lock timeout plus a minute) the host may take to answer
 #: before it is considered hung and stopped.
 _REPLY_GRACE_SECONDS = 90.0
@@ -61,11 +95,19 @@ class BackendError(Exception):
     """An operation failed; ``kind`` is the contract's error case (``locked``, ``unreachable``,
     ``unauthorized``, ``invalid-input``, ...) or ``host`` when the host process itself failed."""
 
-    def __init__(self, kind: str, message: str, lock: dict[str, t.Any] | None = None):
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        lock: dict[str, t.Any] | None = None,
+        setting: str | None = None,
+    ):
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.lock = lock
+        #: The host's name of the setting a configuration error is about (``uri`` for the URI).
+        self.setting = setting
 
 
 def find_executable(
@@ -112,19 +154,33 @@ class HostConfig:
     """
 
     uri: str = field(repr=False)
+    #: The host's settings (``-s name=value``); a ``password`` among them goes in the
+    #: environment instead.
     settings: tuple[tuple[str, str], ...] = field(repr=False, default=())
     lock_timeout_seconds: float = 10.0
     lock_retry_seconds: float = 1.0
     allow_loopback: bool = False
     ca_bundle: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    #: The host's ``--log`` level (see :func:`host_log_level`).
+    log_level: str = "warn"
     executable: Path | None = None
 
     def command(self, executable: Path) -> list[str]:
-        command = [str(executable), "--log", "warn"]
+        command = [str(executable), "--log", self.log_level]
         if self.allow_loopback:
             command.append("--allow-loopback")
-        if self.ca_bundle:
-            command += ["--ca-bundle", self.ca_bundle]
+        for flag, path in [
+            ("--ca-bundle", self.ca_bundle),
+            ("--client-cert", self.client_cert),
+            ("--client-key", self.client_key),
+        ]:
+            if path:
+                command += [flag, path]
+        for name, value in self.settings:
+            if name != "password":
+                command += ["-s", f"{name}={value}"]
         command += [
             "-s",
             f"lock_timeout_seconds={self.lock_timeout_seconds:g}",
@@ -139,11 +195,12 @@ class HostConfig:
         env = {
             name: value
             for name, value in os.environ.items()
-            if name not in _SETTING_VARS.values() and name != _URI_VAR
+            if name not in _INHERITED_NOT and name != _URI_VAR
         }
         env[_URI_VAR] = self.uri
         for name, value in self.settings:
-            env[_SETTING_VARS[name]] = value
+            if name == "password":
+                env[_PASSWORD_VAR] = value
         component = find_component()
         if component is not None:
             env[COMPONENT_ENV] = str(component)
@@ -176,7 +233,34 @@ class Bridge:
             raise BackendError("host", f"cannot start {executable}: {e.strerror or e}") from None
         threading.Thread(target=self._read_answers, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
+        self._wait_until_ready()
         logger.debug("started the state-backend host (pid %d)", self._process.pid)
+
+    def _wait_until_ready(self) -> None:
+        """Reads the host's first line: ready, or why it cannot start (then it has exited)."""
+        try:
+            first = self._lines.get(timeout=_START_SECONDS)
+        except queue.Empty:
+            self._process.kill()
+            raise BackendError(
+                "host", f"the state-backend host did not start within {_START_SECONDS:g} s"
+            ) from None
+        if first is _EOF:
+            raise self._exited("it was ready")
+        try:
+            line = json.loads(first)
+        except ValueError:
+            self._process.kill()
+            raise BackendError("host", "the host started with a line that is not JSON") from None
+        if "ready" in line:
+            return
+        error = line.get("error") or {}
+        self._process.wait(timeout=10)
+        raise BackendError(
+            error.get("kind", "host"),
+            error.get("message", "the host could not start"),
+            setting=error.get("setting"),
+        )
 
     @classmethod
     def shared(cls, config: HostConfig) -> Bridge:
@@ -210,7 +294,7 @@ class Bridge:
         """Sends one request and waits for its answer; raises :class:`BackendError`."""
         with self._mutex:
             if not self.alive:
-                raise self._exited(method)
+                raise self._exited(f"answering {method}")
             request_id = next(self._ids)
             line = json.dumps({"id": request_id, "method": method, "params": params}) + "\n"
             try:
@@ -218,7 +302,7 @@ class Bridge:
                 self._process.stdin.write(line.encode())
                 self._process.stdin.flush()
             except (BrokenPipeError, ValueError):
-                raise self._exited(method) from None
+                raise self._exited(f"answering {method}") from None
             timeout = self.config.lock_timeout_seconds + 60 + _REPLY_GRACE_SECONDS
             try:
                 answer = self._lines.get(timeout=timeout)
@@ -230,7 +314,7 @@ class Bridge:
                     f"and was stopped",
                 ) from None
             if answer is _EOF:
-                raise self._exited(method)
+                raise self._exited(f"answering {method}")
             try:
                 reply = json.loads(answer)
             except ValueError:
@@ -260,7 +344,7 @@ class Bridge:
             self._process.kill()
             self._process.wait()
 
-    def _exited(self, method: str) -> BackendError:
+    def _exited(self, before: str) -> BackendError:
         try:
             code = self._process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -269,7 +353,7 @@ class Bridge:
         self._stderr_done.wait(timeout=2)
         said = " | ".join(self._stderr_tail) or "nothing on stderr"
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return BackendError("host", f"the state-backend host {how} before answering {method}: {said}")
+        return BackendError("host", f"the state-backend host {how} before {before}: {said}")
 
     def _read_answers(self) -> None:
         assert self._process.stdout is not None
@@ -283,7 +367,12 @@ class Bridge:
             line = raw.decode(errors="replace").rstrip()
             if line:
                 self._stderr_tail.append(line)
-                host_logger.warning("%s", line)
+                # The host logs at the level it was started with, which follows this logger's.
+                parsed = _LOG_LINE.match(line)
+                if parsed:
+                    host_logger.log(_LEVELS[parsed.group(1)], "%s", parsed.group(2))
+                else:
+                    host_logger.warning("%s", line)
         self._stderr_done.set()
 
 

@@ -10,21 +10,52 @@ state.
 from __future__ import annotations
 
 import json
+import logging
 import typing as t
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
+from meltano.core.error import MeltanoConfigurationError
 from meltano.core.state_store.base import MeltanoState, StateIDLockedError, StateStoreManager
 
-from meltano_clickhouse_state.bridge import BackendError, Bridge, HostConfig
+from meltano_clickhouse_state import conflict
+from meltano_clickhouse_state.bridge import BackendError, Bridge, HostConfig, host_log_level
+from meltano_clickhouse_state.settings import env_var, meltano_name
+
+logger = logging.getLogger(__name__)
 
 
 class StateLockedError(StateIDLockedError, BackendError):
     """The lock of a state id stayed held by another process past the lock timeout."""
 
 
-def _error(error: BackendError) -> BackendError:
+class StateBackendConfigurationError(MeltanoConfigurationError):
+    """The ClickHouse state backend's settings are wrong; ``setting`` is Meltano's name of the
+    one at fault, where known."""
+
+    def __init__(self, reason: str, setting: str | None = None):
+        self.setting = setting
+        if setting is None:
+            instruction = "Check the state_backend.clickhouse.* settings and state_backend.uri"
+        elif setting == "state_backend.uri":
+            instruction = (
+                "Check state_backend.uri (MELTANO_STATE_BACKEND_URI), "
+                "e.g. clickhouse://user:password@host:8123/default"
+            )
+        else:
+            instruction = f"Check the setting {setting} ({env_var(setting.rsplit('.', 1)[-1])})"
+            if setting.endswith((".user", ".database", ".host", ".port", ".password")):
+                instruction += " or state_backend.uri"
+        super().__init__(reason, instruction)
+
+
+def _error(error: BackendError) -> Exception:
+    if error.kind == "invalid-config":
+        setting = meltano_name(error.setting) if error.setting else None
+        return StateBackendConfigurationError(
+            f"ClickHouse state backend: {error.message}", setting
+        )
     if error.kind == "locked":
         return StateLockedError(error.kind, error.message, error.lock)
     if error.kind == "unreachable" and "its address is refused" in error.message:
@@ -71,11 +102,27 @@ class ClickHouseStateStoreManager(StateStoreManager):
         schema: str | None = None,
         table: str | None = None,
         cluster: str | None = None,
+        lock_mode: str | None = None,
+        lock_lease_seconds: float | None = None,
+        lock_settle_seconds: float | None = None,
+        retries: int | None = None,
+        retry_backoff_seconds: float | None = None,
         ca_bundle: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
         allow_loopback: bool | None = None,
         **kwargs: t.Any,
     ) -> None:
         super().__init__(**kwargs)
+        others = conflict.other_claims()
+        if others:
+            raise StateBackendConfigurationError(conflict.message(others))
+        if bool(client_cert) != bool(client_key):
+            missing = "client_key" if client_cert else "client_cert"
+            raise StateBackendConfigurationError(
+                "ClickHouse state backend: mutual TLS needs both a client certificate and its key",
+                meltano_name(missing),
+            )
         overrides = {
             "host": host,
             "port": port,
@@ -86,6 +133,11 @@ class ClickHouseStateStoreManager(StateStoreManager):
             "schema": schema,
             "table": table,
             "cluster": cluster,
+            "lock_mode": lock_mode,
+            "lock_lease_seconds": lock_lease_seconds,
+            "lock_settle_seconds": lock_settle_seconds,
+            "retries": retries,
+            "retry_backoff_seconds": retry_backoff_seconds,
         }
         self.config = HostConfig(
             uri=uri,
@@ -96,11 +148,20 @@ class ClickHouseStateStoreManager(StateStoreManager):
             lock_retry_seconds=float(1 if lock_retry_seconds is None else lock_retry_seconds),
             allow_loopback=bool(allow_loopback),
             ca_bundle=ca_bundle or None,
+            client_cert=client_cert or None,
+            client_key=client_key or None,
+            # Meltano's --log-level sets the root logger's; the host logs at the same level.
+            log_level=host_log_level(logger.getEffectiveLevel()),
         )
         parts = urlsplit(uri)
         where = f"{host or parts.hostname}:{port or parts.port or ''}".rstrip(":")
         self._label = f"ClickHouse state backend (WebAssembly component) at {where}"
-        self._bridge = Bridge.shared(self.config)
+        # Starts the host now: a configuration error is Meltano's, raised where Meltano made
+        # this manager, naming the setting.
+        try:
+            self._bridge = Bridge.shared(self.config)
+        except BackendError as e:
+            raise _error(e) from None
         # Lock numbers in the host, by state id, for the locks this manager holds.
         self._held: dict[str, int] = {}
 
@@ -112,9 +173,9 @@ class ClickHouseStateStoreManager(StateStoreManager):
     def _call(self, method: str, **params: t.Any) -> t.Any:
         # A host that died fails the call in flight; the next one starts a new host, unless
         # this manager holds locks, whose numbers only the dead host knew.
-        if not self._bridge.alive and not self._held:
-            self._bridge = Bridge.shared(self.config)
         try:
+            if not self._bridge.alive and not self._held:
+                self._bridge = Bridge.shared(self.config)
             return self._bridge.call(method, **params)
         except BackendError as e:
             raise _error(e) from None
