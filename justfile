@@ -111,14 +111,23 @@ python-package: wheel-dev
         target/wheels/dev/meltano_state_backend_clickhouse_wasm-*.whl
 
 # A wheel of the debug host into target/wheels/dev, for testing the package as installed (`just
-# wheel` makes the release wheel). Seconds when the host's own build is current; after `cargo
-# test --workspace` about 3 min, as its dependencies' features differ from the workspace's.
-wheel-dev: guest
-    cargo build -p meltano-state-host
+# wheel` makes the release wheel). Built from the sdist, as pip builds it where no wheel fits, so
+# the sdist is tested too (the shared target dir keeps it incremental). Seconds when the host's
+# own build is current; after `cargo test --workspace` about 3 min, as its dependencies' features
+# differ from the workspace's.
+wheel-dev: sdist
+    cd target/wheels/dev && PATH="{{justfile_directory()}}/.venv/bin:$PATH" \
+        CARGO_TARGET_DIR="{{justfile_directory()}}/target" MATURIN_PEP517_ARGS="--profile dev" \
+        {{justfile_directory()}}/{{python}} -m pip wheel --quiet --no-deps --no-build-isolation \
+        --no-cache-dir --wheel-dir . meltano_state_backend_clickhouse_wasm-*.tar.gz
+    ls -l target/wheels/dev
+
+# The source distribution into target/wheels/dev: the host's and the guest's sources, the WIT
+# contract, the built component and the package; building it needs Rust, not the wasm target
+sdist: guest
     cp target/wasm32-wasip2/release-guest/clickhouse_state.wasm python/src/meltano_clickhouse_state/
     rm -rf target/wheels/dev
-    cd python && PATH="{{justfile_directory()}}/.venv/bin:$PATH" maturin build --profile dev \
-        --compatibility linux --out ../target/wheels/dev
+    cd python && PATH="{{justfile_directory()}}/.venv/bin:$PATH" maturin sdist --out ../target/wheels/dev
 
 # The Meltano tests against the package as a user installs it: the wheel with Meltano from PyPI
 # into a fresh venv, no cargo on PATH, the host and component found the installed way

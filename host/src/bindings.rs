@@ -1,8 +1,10 @@
 //! Generated bindings of the `clickhouse-state-backend` world. wasi:http, wasi:io, wasi:random
 //! and wasi:clocks come from wasmtime-wasi(-http); only our own interfaces are generated here.
 
+// `host/wit` links to the workspace's `wit/`, so that `cargo package` (and with it the Python
+// sdist, which maturin builds from it) carries the contract.
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "wit",
     world: "meltano:state-backend/clickhouse-state-backend",
     imports: { default: async | trappable },
     exports: { default: async },

@@ -37,8 +37,9 @@ struct Cli {
     #[arg(long, env = "MELTANO_STATE_BACKEND_URI", default_value = DEFAULT_URI, hide_env_values = true, hide_default_value = true)]
     uri: String,
 
-    /// A setting that overrides the URI: host, port, database, user, password, secure, schema,
-    /// table, cluster, lock_timeout_seconds, lock_retry_seconds (repeatable)
+    /// A setting that overrides the URI (repeatable): host, port, database, user, password,
+    /// secure, schema, table, cluster, lock_timeout_seconds, lock_retry_seconds, lock_mode,
+    /// lock_lease_seconds, lock_settle_seconds, retries, retry_backoff_seconds
     #[arg(long = "setting", short = 's', value_name = "NAME=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
 

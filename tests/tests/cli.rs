@@ -563,6 +563,26 @@ fn serve_answers_json_lines_with_one_instance() {
 }
 
 #[test]
+fn help_names_every_setting_the_component_accepts() {
+    let out = Command::new(binary()).arg("--help").output().expect("runs");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let listed = help
+        .split("A setting that overrides the URI (repeatable):")
+        .nth(1)
+        .expect("the --setting help");
+    for name in clickhouse_state::config::SETTING_NAMES {
+        assert!(
+            listed.contains(name),
+            "--setting help lacks {name}: {listed}"
+        );
+    }
+}
+
+#[test]
 fn serve_that_cannot_start_says_which_setting_is_wrong_on_its_first_line() {
     let cli = Cli::new("cli_serve_refused");
     let cases: [(&[&str], &str, &str); 4] = [
