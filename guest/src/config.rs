@@ -5,7 +5,7 @@
 //! ```
 //! User and password are percent-decoded. Settings (`host`, `port`, `database`, `user`,
 //! `password`, `secure`, `schema`, `table`, `lock_timeout_seconds`, `lock_retry_seconds`,
-//! `cluster`, ...: see [`SETTING_NAMES`]) win over the URI. `secure` means https, on port 8443
+//! `cluster`, ...: see [`crate::settings`]) win over the URI. `secure` means https, on port 8443
 //! unless a port is given.
 //!
 //! The host compiles this module natively too, so the authority it allows is exactly the one the
@@ -37,25 +37,6 @@ pub enum LockMode {
     Settle,
 }
 
-/// The settings a caller may pass to `open`.
-pub const SETTING_NAMES: &[&str] = &[
-    "host",
-    "port",
-    "database",
-    "user",
-    "password",
-    "secure",
-    "schema",
-    "table",
-    "lock_timeout_seconds",
-    "lock_retry_seconds",
-    "lock_mode",
-    "lock_lease_seconds",
-    "lock_settle_seconds",
-    "retries",
-    "retry_backoff_seconds",
-    "cluster",
-];
 /// Further tries of a request that failed transiently.
 pub const DEFAULT_RETRIES: u32 = 3;
 /// The first pause before a retry; it doubles with each try, up to 5 s.
@@ -328,7 +309,7 @@ impl UriParts {
             other => {
                 return Err(Error::InvalidConfig(format!(
                     "unknown setting '{other}'; known settings: {}",
-                    SETTING_NAMES.join(", ")
+                    crate::settings::names().collect::<Vec<_>>().join(", ")
                 )));
             }
         }

@@ -10,6 +10,7 @@ pub mod glob;
 pub mod http;
 pub mod lock;
 pub mod merge;
+pub mod settings;
 pub mod sql;
 pub mod store;
 pub mod uri;

@@ -24,23 +24,21 @@ const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
     version,
     args_override_self = true,
     about = "Meltano state in ClickHouse, through the sandboxed WebAssembly component",
-    long_about = "Meltano state in ClickHouse, through the sandboxed WebAssembly component.\n\n\
-        The commands mirror `meltano state`. Output is JSON on stdout; an error is one line on \
-        stderr and a non-zero exit code (2 bad input or configuration, 3 unauthorized, \
-        4 unreachable or timeout, 5 locked, 1 anything else).\n\n\
-        Settings, highest precedence first: --setting flags, the CLICKHOUSE_HOST, _PORT, \
-        _DATABASE, _USER, _PASSWORD, _SECURE, _SCHEMA and _TABLE environment variables, then \
-        the URI."
+    long_about = long_about()
 )]
 struct Cli {
     /// Where the state lives: clickhouse://user:password@host:port/database[?secure=true]
     #[arg(long, env = "MELTANO_STATE_BACKEND_URI", default_value = DEFAULT_URI, hide_env_values = true, hide_default_value = true)]
     uri: String,
 
-    /// A setting that overrides the URI (repeatable): host, port, database, user, password,
-    /// secure, schema, table, cluster, lock_timeout_seconds, lock_retry_seconds, lock_mode,
-    /// lock_lease_seconds, lock_settle_seconds, retries, retry_backoff_seconds
-    #[arg(long = "setting", short = 's', value_name = "NAME=VALUE", value_parser = parse_setting)]
+    /// A setting that overrides the URI (repeatable; `state-backend settings` lists them)
+    #[arg(
+        long = "setting",
+        short = 's',
+        value_name = "NAME=VALUE",
+        value_parser = parse_setting,
+        long_help = setting_help()
+    )]
     settings: Vec<(String, String)>,
 
     /// The component to load [default: the built guest, or $STATE_BACKEND_COMPONENT]
@@ -160,6 +158,8 @@ enum Command {
         #[arg(long, required = true)]
         stdio: bool,
     },
+    /// List every setting and host option as JSON: name, variable, default, meaning
+    Settings,
     /// Precompile the component (.wasm) to native code (.cwasm) that loads without compiling
     Compile {
         /// Where to write it [default: the component's path with .cwasm]
@@ -253,6 +253,58 @@ fn main() -> ExitCode {
     }
 }
 
+/// The description `--help` shows; the variables come from the settings table.
+fn long_about() -> String {
+    let variables: Vec<&str> = settings::env_variables().map(|(var, _)| var).collect();
+    format!(
+        "Meltano state in ClickHouse, through the sandboxed WebAssembly component.\n\n\
+         The commands mirror `meltano state`. Output is JSON on stdout; an error is one line on \
+         stderr and a non-zero exit code (2 bad input or configuration, 3 unauthorized, \
+         4 unreachable or timeout, 5 locked, 1 anything else).\n\n\
+         Settings, highest precedence first: --setting flags, the environment variables {}, \
+         then the URI.",
+        variables.join(", ")
+    )
+}
+
+/// The `--setting` help: every name in the settings table.
+fn setting_help() -> String {
+    let names: Vec<&str> = clickhouse_state::settings::names().collect();
+    format!(
+        "A setting that overrides the URI (repeatable): {}. `state-backend settings` lists \
+         their defaults and meanings",
+        names.join(", ")
+    )
+}
+
+/// The `settings` command's output: the component's settings, then the host's options.
+fn settings_json() -> Value {
+    let mut all: Vec<Value> = clickhouse_state::settings::SETTINGS
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "scope": "component",
+                "flag": "--setting",
+                "env": s.env,
+                "default": s.default_doc,
+                "doc": s.doc,
+            })
+        })
+        .collect();
+    all.extend(settings::HOST_OPTIONS.iter().map(|o| {
+        json!({
+            "name": o.name,
+            "scope": "host",
+            "flag": o.flag,
+            "env": o.env,
+            "default": null,
+            "doc": o.doc,
+        })
+    }));
+    Value::Array(all)
+}
+
 fn exit_code(error: &Error) -> u8 {
     match error {
         Error::InvalidConfig(_) | Error::InvalidInput(_) => 2,
@@ -285,6 +337,9 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
         .unwrap_or_else(state_host::default_component_path);
     if let Command::Compile { output } = &cli.command {
         return compile(&component, output.clone());
+    }
+    if let Command::Settings = cli.command {
+        return Ok(settings_json());
     }
     let options = RuntimeOptions {
         tls: TlsOptions {
@@ -478,7 +533,7 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
             let broken = backend.force_unlock(&state_id).await?;
             Ok(json!({"state_id": state_id, "unlocked": broken}))
         }
-        Command::Compile { .. } | Command::Serve { .. } => Err(Failure::Usage(
+        Command::Compile { .. } | Command::Serve { .. } | Command::Settings => Err(Failure::Usage(
             "this command does not run as a single operation".into(),
         )),
         Command::Migrate { .. } => {
@@ -603,5 +658,44 @@ fn read_stdin() -> Result<String, Failure> {
 fn progress(message: &str) {
     if std::io::stderr().is_terminal() {
         eprintln!("{message}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_host_options_table_matches_the_flags_the_cli_declares() {
+        let command = Cli::command();
+        for option in settings::HOST_OPTIONS {
+            let long = option.flag.trim_start_matches("--");
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .unwrap_or_else(|| panic!("no {} flag", option.flag));
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(option.env),
+                "{}",
+                option.flag
+            );
+        }
+    }
+
+    #[test]
+    fn the_settings_command_lists_every_setting_and_option_once() {
+        let listed = settings_json();
+        let names: Vec<&str> = listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["name"].as_str())
+            .collect();
+        let expected: Vec<&str> = clickhouse_state::settings::names()
+            .chain(settings::HOST_OPTIONS.iter().map(|o| o.name))
+            .collect();
+        assert_eq!(names, expected);
     }
 }

@@ -1,32 +1,67 @@
-//! Settings for `open`, from the environment and from the caller.
+//! Settings for `open`, from the environment and from the caller, and the host's own options.
 //!
 //! Precedence, highest first: an explicit setting (or CLI flag), then the environment variable
 //! the original Python backend documents, then the URI. The guest has no environment, so the
 //! host reads these variables and passes them on as settings; the guest applies settings over
 //! the URI.
 
-/// Environment variable -> setting name.
-pub const ENV_SETTINGS: &[(&str, &str)] = &[
-    ("CLICKHOUSE_HOST", "host"),
-    ("CLICKHOUSE_PORT", "port"),
-    ("CLICKHOUSE_DATABASE", "database"),
-    ("CLICKHOUSE_USER", "user"),
-    ("CLICKHOUSE_PASSWORD", "password"),
-    ("CLICKHOUSE_SECURE", "secure"),
-    ("CLICKHOUSE_SCHEMA", "schema"),
-    ("CLICKHOUSE_TABLE", "table"),
-];
+use clickhouse_state::settings::SETTINGS;
 
 /// Settings as (name, value) pairs; a later pair for the same name wins.
 pub type Settings = Vec<(String, String)>;
 
+/// (environment variable, setting name) for the settings that have a variable.
+pub fn env_variables() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SETTINGS
+        .iter()
+        .filter_map(|s| s.env.map(|var| (var, s.name)))
+}
+
 /// The settings found in an environment (`lookup` is `std::env::var` in production).
 pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Settings {
-    ENV_SETTINGS
-        .iter()
+    env_variables()
         .filter_map(|(var, name)| lookup(var).map(|value| (name.to_string(), value)))
         .collect()
 }
+
+/// An option of the host itself rather than of the component (TLS files, the sandbox's
+/// loopback allowance): a CLI flag, its variable, and what it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostOption {
+    pub name: &'static str,
+    pub flag: &'static str,
+    pub env: &'static str,
+    pub doc: &'static str,
+}
+
+/// The host's options (the CLI declares the same flags and variables; a test holds them to
+/// this table).
+pub const HOST_OPTIONS: &[HostOption] = &[
+    HostOption {
+        name: "ca_bundle",
+        flag: "--ca-bundle",
+        env: "CLICKHOUSE_CA_BUNDLE",
+        doc: "PEM file of CA certificates to trust besides the system's (a private CA)",
+    },
+    HostOption {
+        name: "client_cert",
+        flag: "--client-cert",
+        env: "CLICKHOUSE_CLIENT_CERT",
+        doc: "PEM file of a client certificate (chain), for mutual TLS",
+    },
+    HostOption {
+        name: "client_key",
+        flag: "--client-key",
+        env: "CLICKHOUSE_CLIENT_KEY",
+        doc: "PEM file of the client certificate's private key, for mutual TLS",
+    },
+    HostOption {
+        name: "allow_loopback",
+        flag: "--allow-loopback",
+        env: "STATE_BACKEND_ALLOW_LOOPBACK",
+        doc: "let the component connect to loopback addresses (a ClickHouse on this machine)",
+    },
+];
 
 /// `explicit` over `env`: one pair per name, the explicit one where both have it.
 pub fn layered(env: Settings, explicit: Settings) -> Settings {

@@ -410,3 +410,32 @@ def test_a_second_package_serving_clickhouse_refuses_this_one(manager_kwargs, tm
     said = str(refused.value)
     assert "meltano-state-backend-clickhouse-wasm and meltano-state-backend-clickhouse" in said
     assert "lock_mode=settle" in said
+
+
+def test_the_meltano_settings_are_the_hosts(host_bin):
+    """`state-backend settings` (the host's table) against the settings Meltano sees."""
+    import inspect
+
+    from meltano.core.config_service import ConfigService
+
+    listed = json.loads(
+        subprocess.run([str(host_bin), "settings"], capture_output=True, check=True).stdout
+    )
+    meltanos_own = {"lock_timeout_seconds", "lock_retry_seconds"}
+    hosts = {s["name"]: s for s in listed}
+    ours = {
+        s.name.removeprefix("state_backend.clickhouse."): s
+        for s in ConfigService.addon.get_all()
+        if s.name.startswith("state_backend.clickhouse.")
+    }
+    assert set(ours) == set(hosts) - meltanos_own
+    # The manager takes each as Meltano passes it: a keyword named after it.
+    parameters = inspect.signature(ClickHouseStateStoreManager.__init__).parameters
+    assert set(hosts) <= set(parameters)
+    # Descriptions say the host's default, or that the setting is required.
+    for name, definition in ours.items():
+        default = hosts[name]["default"]
+        if default == "from the URI (required)":
+            assert "Required" in definition.description, name
+        elif default and default not in {"none", "from the URI", "from the URI, else empty"}:
+            assert default.strip("`") in definition.description, (name, default)

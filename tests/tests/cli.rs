@@ -39,7 +39,7 @@ impl Cli {
             .args(["-s", &format!("schema={SCHEMA}")])
             .args(["-s", &format!("table={}", self.table.name)])
             .args(["-s", "lock_retry_seconds=0.2"]);
-        for (var, _) in integration_tests::state_host::settings::ENV_SETTINGS {
+        for (var, _) in integration_tests::state_host::settings::env_variables() {
             command.env_remove(var);
         }
         command
@@ -574,7 +574,7 @@ fn help_names_every_setting_the_component_accepts() {
         .split("A setting that overrides the URI (repeatable):")
         .nth(1)
         .expect("the --setting help");
-    for name in clickhouse_state::config::SETTING_NAMES {
+    for name in clickhouse_state::settings::names() {
         assert!(
             listed.contains(name),
             "--setting help lacks {name}: {listed}"

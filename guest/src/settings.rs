@@ -1,0 +1,236 @@
+//! Every setting `open` accepts, in one table: its name, the environment variable the host reads
+//! it from, its default and what it means.
+//!
+//! [`crate::config`] parses them; the host derives its environment variables, its `--setting`
+//! help and its `settings` command from this table; tests hold the README's table and the
+//! Meltano settings to it. A unit test below applies every entry's default and example, so the
+//! parser and the table cannot disagree on a name or a default.
+
+/// One setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    pub name: &'static str,
+    /// The variable the host reads it from (the original Python backend's names), if any.
+    pub env: Option<&'static str>,
+    /// The value that means the same as leaving it unset, if there is one (a host, a user, a
+    /// database come from the URI instead).
+    pub default: Option<&'static str>,
+    /// What the default is, for a reader ("from the URI (required)", "8123, or 8443 when
+    /// secure").
+    pub default_doc: &'static str,
+    pub doc: &'static str,
+    /// A valid value, other than the default where it can be.
+    pub example: &'static str,
+}
+
+const fn setting(
+    name: &'static str,
+    env: Option<&'static str>,
+    default: Option<&'static str>,
+    default_doc: &'static str,
+    doc: &'static str,
+    example: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        env,
+        default,
+        default_doc,
+        doc,
+        example,
+    }
+}
+
+/// The settings, in the order the documentation lists them.
+pub const SETTINGS: &[Setting] = &[
+    setting(
+        "host",
+        Some("CLICKHOUSE_HOST"),
+        None,
+        "from the URI",
+        "server host",
+        "ch.example.com",
+    ),
+    setting(
+        "port",
+        Some("CLICKHOUSE_PORT"),
+        None,
+        "8123, or 8443 when secure",
+        "HTTP(S) port",
+        "9000",
+    ),
+    setting(
+        "database",
+        Some("CLICKHOUSE_DATABASE"),
+        None,
+        "from the URI (required)",
+        "database of the connection",
+        "analytics",
+    ),
+    setting(
+        "user",
+        Some("CLICKHOUSE_USER"),
+        None,
+        "from the URI (required)",
+        "user",
+        "meltano",
+    ),
+    setting(
+        "password",
+        Some("CLICKHOUSE_PASSWORD"),
+        None,
+        "from the URI, else empty",
+        "password (sent only in the `X-ClickHouse-Key` header)",
+        "hunter2",
+    ),
+    setting(
+        "secure",
+        Some("CLICKHOUSE_SECURE"),
+        Some("false"),
+        "false",
+        "https, certificates verified",
+        "true",
+    ),
+    setting(
+        "schema",
+        Some("CLICKHOUSE_SCHEMA"),
+        Some("meltano"),
+        "`meltano`",
+        "database that holds the tables",
+        "state_db",
+    ),
+    setting(
+        "table",
+        Some("CLICKHOUSE_TABLE"),
+        Some("state"),
+        "`state`",
+        "state table; the lock tables are `<table>_lock_log` and `<table>_lock`",
+        "bookmarks",
+    ),
+    setting(
+        "lock_timeout_seconds",
+        None,
+        Some("30"),
+        "30",
+        "how long taking a lock keeps trying",
+        "5",
+    ),
+    setting(
+        "lock_retry_seconds",
+        None,
+        Some("1"),
+        "1",
+        "pause between tries (±20 % jitter)",
+        "0.5",
+    ),
+    setting(
+        "lock_mode",
+        None,
+        Some("fenced"),
+        "`fenced`",
+        "`fenced`, or `settle` while any process still runs the original Python backend",
+        "settle",
+    ),
+    setting(
+        "lock_lease_seconds",
+        None,
+        Some("300"),
+        "300",
+        "a holder that stops renewing loses the lock after this",
+        "60",
+    ),
+    setting(
+        "lock_settle_seconds",
+        None,
+        Some("1"),
+        "1",
+        "settle mode's wait before deciding",
+        "2",
+    ),
+    setting(
+        "retries",
+        None,
+        Some("3"),
+        "3",
+        "further tries of a request that failed transiently (0-20)",
+        "5",
+    ),
+    setting(
+        "retry_backoff_seconds",
+        None,
+        Some("0.2"),
+        "0.2",
+        "first pause before a retry; doubles each time, at most 5 s",
+        "1",
+    ),
+    setting(
+        "cluster",
+        None,
+        None,
+        "none",
+        "a self-managed replicated cluster: the schema is created `ON CLUSTER` it, with \
+         Replicated engines",
+        "prod",
+    ),
+];
+
+/// The names, in table order.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    SETTINGS.iter().map(|s| s.name)
+}
+
+/// The entry for `name`.
+pub fn find(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const URI: &str = "clickhouse://u:p@h:8123/db";
+
+    fn with(name: &str, value: &str) -> Result<Config, crate::error::Error> {
+        Config::parse(URI, &[(name.to_string(), value.to_string())])
+    }
+
+    #[test]
+    fn the_parser_accepts_every_setting_in_the_table_and_no_other() {
+        for s in SETTINGS {
+            let config = with(s.name, s.example);
+            assert!(config.is_ok(), "{}={}: {config:?}", s.name, s.example);
+        }
+        assert!(with("no_such_setting", "1").is_err());
+    }
+
+    #[test]
+    fn each_default_means_what_leaving_it_unset_means() {
+        let unset = Config::parse(URI, &[]).expect("valid");
+        for s in SETTINGS {
+            if let Some(default) = s.default {
+                assert_eq!(with(s.name, default).as_ref(), Ok(&unset), "{}", s.name);
+                // ...and the example changes something, so the comparison can fail.
+                assert_ne!(with(s.name, s.example).as_ref(), Ok(&unset), "{}", s.name);
+                assert!(
+                    s.default_doc.contains(default),
+                    "{}: the documented default does not say {default}",
+                    s.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn names_and_variables_are_unique() {
+        let mut names: Vec<_> = names().collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SETTINGS.len());
+        let mut vars: Vec<_> = SETTINGS.iter().filter_map(|s| s.env).collect();
+        let count = vars.len();
+        vars.sort_unstable();
+        vars.dedup();
+        assert_eq!(vars.len(), count);
+    }
+}
