@@ -211,3 +211,8 @@ lint: setup
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
     cargo clippy -p clickhouse-state-guest -p evil-guest --target wasm32-wasip2 -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --exclude evil-guest --no-deps --quiet
+    RUSTDOCFLAGS="-D warnings" cargo doc -p clickhouse-state-guest -p evil-guest --no-deps --quiet \
+        --target wasm32-wasip2
+    .venv/bin/ruff check .
+    .venv/bin/ruff format --check .

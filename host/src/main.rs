@@ -1,5 +1,9 @@
 //! `state-backend`: Meltano's `meltano state` commands, run through the component.
 
+// The doc comments of the CLI's types are its `--help` text, written for a terminal (`[seq]`,
+// `{"<id>": ...}`), not rustdoc markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -107,7 +107,9 @@ def backend_env(clickhouse: ClickHouse, host_bin: Path, schema: str, monkeypatch
     env = {
         "MELTANO_STATE_BACKEND_URI": clickhouse.uri(),
         "MELTANO_STATE_BACKEND_CLICKHOUSE_SCHEMA": schema,
-        "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK": "true" if clickhouse.loopback else "false",
+        "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK": "true"
+        if clickhouse.loopback
+        else "false",
         "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
         "MELTANO_DISABLE_TRACKING": "true",
     }

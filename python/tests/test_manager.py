@@ -18,7 +18,6 @@ import pytest
 from meltano.core.error import MeltanoConfigurationError
 from meltano.core.state_store import MeltanoState, StateBackend
 from meltano.core.state_store.base import StateIDLockedError
-
 from meltano_clickhouse_state import BackendError, ClickHouseStateStoreManager
 from meltano_clickhouse_state.bridge import Bridge
 
@@ -133,9 +132,7 @@ def test_locks_exclude_each_other_across_two_meltano_processes(manager_kwargs, m
     final = manager.get(sid).completed_state["count"]
     lost = 2 * rounds - final
     # Overlapping critical sections across the two processes.
-    overlaps = sum(
-        1 for a0, a1 in sections[0] for b0, b1 in sections[1] if a0 < b1 and b0 < a1
-    )
+    overlaps = sum(1 for a0, a1 in sections[0] for b0, b1 in sections[1] if a0 < b1 and b0 < a1)
     print(f"lock across processes: {2 * rounds} sections, {lost} lost, {overlaps} overlapping")
     assert (lost, overlaps) == (0, 0)
 
@@ -300,7 +297,12 @@ def test_the_host_logs_at_meltanos_level(manager_kwargs, caplog):
     from meltano_clickhouse_state.bridge import host_log_level
 
     assert [host_log_level(level) for level in (5, 10, 20, 30, 40, 50)] == [
-        "debug", "debug", "info", "warn", "error", "error",
+        "debug",
+        "debug",
+        "info",
+        "warn",
+        "error",
+        "error",
     ]
     caplog.set_level(logging.WARNING)
     assert make(**manager_kwargs).config.log_level == "warn"
@@ -310,7 +312,8 @@ def test_the_host_logs_at_meltanos_level(manager_kwargs, caplog):
     manager.get("x")
     # The host's own debug line, forwarded at debug level under the bridge's logger.
     loaded = [
-        r for r in caplog.records
+        r
+        for r in caplog.records
         if r.name == "meltano_clickhouse_state.bridge.host" and "component loaded" in r.getMessage()
     ]
     assert loaded and all(r.levelno == logging.DEBUG for r in loaded), caplog.text
@@ -374,7 +377,9 @@ def test_the_host_is_found_in_order(tmp_path, monkeypatch, host_bin):
         find_executable(nowhere, nowhere)
 
 
-@pytest.mark.skipif(not INSTALLED, reason="checks the installed wheel (STATE_BACKEND_TEST_INSTALLED=1)")
+@pytest.mark.skipif(
+    not INSTALLED, reason="checks the installed wheel (STATE_BACKEND_TEST_INSTALLED=1)"
+)
 def test_the_installed_wheel_brings_its_host_and_component(host_bin):
     import sysconfig
 
@@ -394,7 +399,9 @@ def test_the_installed_wheel_brings_its_host_and_component(host_bin):
     assert config.environment()[bridge.COMPONENT_ENV] == str(component)
 
 
-def test_a_second_package_serving_clickhouse_refuses_this_one(manager_kwargs, tmp_path, monkeypatch):
+def test_a_second_package_serving_clickhouse_refuses_this_one(
+    manager_kwargs, tmp_path, monkeypatch
+):
     dist = tmp_path / "meltano_state_backend_clickhouse-0.3.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(

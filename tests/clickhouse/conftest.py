@@ -50,7 +50,7 @@ class Server:
     password: str
 
     @classmethod
-    def from_url(cls, url: str) -> "Server":
+    def from_url(cls, url: str) -> Server:
         parts = urlsplit(url)
         secure = parts.scheme == "https"
         return cls(
@@ -114,7 +114,9 @@ def server() -> Server:
     try:
         srv.request("GET", "/ping", auth=False)
     except OSError as exc:
-        pytest.fail(f"no ClickHouse at {srv.scheme}://{srv.host}:{srv.port} ({exc}); run `just clickhouse-start`")
+        pytest.fail(
+            f"no ClickHouse at {srv.scheme}://{srv.host}:{srv.port} ({exc}); run `just clickhouse-start`"
+        )
     return srv
 
 
@@ -153,9 +155,22 @@ def start_private_server(tmp_path: Path, *extra: str) -> PrivateServer:
     log = log_path.open("w")
     env = dict(os.environ, LOCAL_CLICKHOUSE_PASSWORD=password)
     process = subprocess.Popen(
-        [sys.executable, str(HERE / "server.py"), "--port", str(port), "--data", str(tmp_path / f"data-{port}"),
-         "--user", "alice", "--init-db", "meltano", *extra],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
+        [
+            sys.executable,
+            str(HERE / "server.py"),
+            "--port",
+            str(port),
+            "--data",
+            str(tmp_path / f"data-{port}"),
+            "--user",
+            "alice",
+            "--init-db",
+            "meltano",
+            *extra,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     log.close()
     srv = Server("http", "127.0.0.1", port, "alice", password)

@@ -1,8 +1,8 @@
 """Start, stop and check the local ClickHouse in the background (used by the justfile and CI).
 
-    python ctl.py start [server options...]   start unless /ping already answers; wait for it
-    python ctl.py stop                        stop the server this script started (by its pid)
-    python ctl.py status                      exit 0 when /ping answers
+python ctl.py start [server options...]   start unless /ping already answers; wait for it
+python ctl.py stop                        stop the server this script started (by its pid)
+python ctl.py status                      exit 0 when /ping answers
 """
 
 from __future__ import annotations
@@ -62,19 +62,26 @@ def start(args: list[str]) -> int:
     with LOG_FILE.open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, str(HERE / "server.py"), *args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,  # outlives the recipe that started it
         )
     PID_FILE.write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + START_TIMEOUT_S
     while not pings(port):
         if proc.poll() is not None:
-            print(f"local ClickHouse exited with {proc.returncode}; log: {LOG_FILE}", file=sys.stderr)
+            print(
+                f"local ClickHouse exited with {proc.returncode}; log: {LOG_FILE}", file=sys.stderr
+            )
             print(LOG_FILE.read_text()[-4000:], file=sys.stderr)
             return 1
         if time.monotonic() > deadline:
             proc.terminate()
-            print(f"local ClickHouse did not answer /ping in {START_TIMEOUT_S}s; log: {LOG_FILE}", file=sys.stderr)
+            print(
+                f"local ClickHouse did not answer /ping in {START_TIMEOUT_S}s; log: {LOG_FILE}",
+                file=sys.stderr,
+            )
             return 1
         time.sleep(0.1)
     print(f"local ClickHouse up on 127.0.0.1:{port} (pid {proc.pid}, log {LOG_FILE})")

@@ -58,20 +58,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="its password (default: $LOCAL_CLICKHOUSE_PASSWORD, else empty)",
     )
     parser.add_argument(
-        "--init-db", action="append", default=[], metavar="NAME",
+        "--init-db",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="create this database at start (repeatable), like CLICKHOUSE_DB",
     )
     parser.add_argument(
-        "--max-concurrent-queries", type=int, default=100, metavar="N",
+        "--max-concurrent-queries",
+        type=int,
+        default=100,
+        metavar="N",
         help="queries that may run at once; one more fails with TOO_MANY_SIMULTANEOUS_QUERIES "
         "(default 100, as a server's max_concurrent_queries)",
     )
     parser.add_argument(
-        "--max-sessions", type=int, default=100, metavar="N",
+        "--max-sessions",
+        type=int,
+        default=100,
+        metavar="N",
         help="named HTTP sessions (session_id) open at once (default 100)",
     )
     parser.add_argument(
-        "--config", metavar="XML",
+        "--config",
+        metavar="XML",
         help="a ClickHouse server configuration file for the engine, e.g. <remote_servers> and "
         "<macros> that make it look like one replica of a cluster (the deployment tests use it)",
     )
@@ -121,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     LOG.info(
         "ClickHouse %s (chDB) on http://127.0.0.1:%d, data in %s, user %r, "
         "up to %d concurrent queries",
-        engine.version, args.port, args.data, args.user, args.max_concurrent_queries,
+        engine.version,
+        args.port,
+        args.data,
+        args.user,
+        args.max_concurrent_queries,
     )
     try:
         httpd.serve_forever(poll_interval=0.2)

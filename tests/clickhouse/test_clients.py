@@ -18,8 +18,12 @@ from conftest import Server
 @pytest.fixture()
 def client(server: Server, database: str):
     client = clickhouse_connect.get_client(
-        host=server.host, port=server.port, username=server.user, password=server.password,
-        secure=server.scheme == "https", database=database,
+        host=server.host,
+        port=server.port,
+        username=server.user,
+        password=server.password,
+        secure=server.scheme == "https",
+        database=database,
     )
     yield client
     client.close()
@@ -38,7 +42,13 @@ def test_create_insert_select_command(client, database: str):
     )
     base = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
     rows = [
-        [n, f"näme {n}\t'quoted' \\ ✓", None if n % 3 else -n, [str(n), ""], base + dt.timedelta(milliseconds=n)]
+        [
+            n,
+            f"näme {n}\t'quoted' \\ ✓",
+            None if n % 3 else -n,
+            [str(n), ""],
+            base + dt.timedelta(milliseconds=n),
+        ]
         for n in range(5000)
     ]
     summary = client.insert("t", rows, column_names=["id", "name", "score", "tags", "at"])
@@ -50,7 +60,9 @@ def test_create_insert_select_command(client, database: str):
     )
     # the client hands back UTC times without a tzinfo
     assert result.result_rows == [(*r[:4], r[4].replace(tzinfo=None)) for r in rows[4997:]]
-    assert client.command("SELECT count() FROM t WHERE score IS NULL") == sum(1 for n in range(5000) if n % 3)
+    assert client.command("SELECT count() FROM t WHERE score IS NULL") == sum(
+        1 for n in range(5000) if n % 3
+    )
     # a large answer, which the server compresses for the client
     big = client.query("SELECT id, name FROM t ORDER BY id")
     assert len(big.result_rows) == 5000 and big.result_rows[-1][1] == rows[-1][1]

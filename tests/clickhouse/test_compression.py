@@ -21,10 +21,9 @@ import lz4.frame as lz4_frame
 import pytest
 from backports import zstd
 from clickhouse_cityhash import cityhash
-
-from conftest import Server
 from test_conformance import assert_error
 
+from conftest import Server
 
 ENCODERS = {
     "gzip": gzip.compress,
@@ -49,14 +48,22 @@ QUERY = "SELECT number, concat('value ', toString(number)) FROM numbers(2000)"
 
 
 def enabled_by_default(server: Server) -> bool:
-    return server.ok("SELECT value FROM system.settings WHERE name = 'enable_http_compression'").strip() == "1"
+    return (
+        server.ok(
+            "SELECT value FROM system.settings WHERE name = 'enable_http_compression'"
+        ).strip()
+        == "1"
+    )
 
 
 # -- request bodies --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("coding", sorted(ENCODERS))
 def test_compressed_query_body(server: Server, coding: str):
-    resp = server.request(body=ENCODERS[coding](QUERY.encode()), headers={"Content-Encoding": coding})
+    resp = server.request(
+        body=ENCODERS[coding](QUERY.encode()), headers={"Content-Encoding": coding}
+    )
     assert resp.status == 200, resp.text
     assert resp.text == EXPECTED
 
@@ -67,16 +74,21 @@ def test_compressed_insert_data(server: Server, database: str, coding: str):
     rows = "".join(json.dumps({"a": n, "s": f"zeile {n} ✓"}) + "\n" for n in range(500))
     resp = server.request(
         params={"query": f"INSERT INTO {database}.t FORMAT JSONEachRow"},
-        body=ENCODERS[coding](rows.encode()), headers={"Content-Encoding": coding},
+        body=ENCODERS[coding](rows.encode()),
+        headers={"Content-Encoding": coding},
     )
     assert resp.status == 200, resp.text
-    assert server.ok(f"SELECT count(), sum(a), max(s) FROM {database}.t") == "500\t124750\tzeile 99 ✓\n"
+    assert (
+        server.ok(f"SELECT count(), sum(a), max(s) FROM {database}.t")
+        == "500\t124750\tzeile 99 ✓\n"
+    )
 
 
 def test_unknown_content_encoding_is_refused(server: Server, database: str):
     server.ok(f"CREATE TABLE {database}.t (a UInt32) ENGINE = MergeTree ORDER BY a")
     resp = server.request(
-        params={"query": f"INSERT INTO {database}.t FORMAT TabSeparated"}, body=b"1\n",
+        params={"query": f"INSERT INTO {database}.t FORMAT TabSeparated"},
+        body=b"1\n",
         headers={"Content-Encoding": "compress"},
     )
     assert_error(resp, 48, 501, "NOT_IMPLEMENTED")
@@ -89,7 +101,8 @@ def test_corrupt_body_is_an_error_and_inserts_nothing(server: Server, database: 
     good = gzip.compress(b"1\n2\n3\n")
     resp = server.request(
         params={"query": f"INSERT INTO {database}.t FORMAT TabSeparated"},
-        body=good[:-6] + b"garbage", headers={"Content-Encoding": "gzip"},
+        body=good[:-6] + b"garbage",
+        headers={"Content-Encoding": "gzip"},
     )
     assert resp.status >= 400, resp.text
     assert resp.header("X-ClickHouse-Exception-Code")
@@ -97,6 +110,7 @@ def test_corrupt_body_is_an_error_and_inserts_nothing(server: Server, database: 
 
 
 # -- responses -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("coding", sorted(DECODERS))
 def test_response_compressed_when_asked(server: Server, coding: str):
@@ -111,16 +125,26 @@ def test_response_compressed_when_asked(server: Server, coding: str):
 
 def test_response_coding_is_chosen_in_the_servers_order(server: Server):
     # A server prefers zstd, then br, lz4, gzip, deflate, xz, bz2, whatever order the client lists.
-    for accept, chosen in [("gzip, deflate, zstd", "zstd"), ("gzip, lz4", "lz4"), ("deflate, gzip", "gzip"),
-                           ("bz2, xz", "xz"), ("identity", None)]:
-        resp = server.request(body="SELECT 1", params={"enable_http_compression": "1"},
-                              headers={"Accept-Encoding": accept})
+    for accept, chosen in [
+        ("gzip, deflate, zstd", "zstd"),
+        ("gzip, lz4", "lz4"),
+        ("deflate, gzip", "gzip"),
+        ("bz2, xz", "xz"),
+        ("identity", None),
+    ]:
+        resp = server.request(
+            body="SELECT 1",
+            params={"enable_http_compression": "1"},
+            headers={"Accept-Encoding": accept},
+        )
         assert resp.status == 200
         assert resp.header("Content-Encoding") == chosen, accept
 
 
 def test_no_compression_when_disabled_or_not_accepted(server: Server):
-    resp = server.request(body=QUERY, params={"enable_http_compression": "0"}, headers={"Accept-Encoding": "gzip"})
+    resp = server.request(
+        body=QUERY, params={"enable_http_compression": "0"}, headers={"Accept-Encoding": "gzip"}
+    )
     assert resp.header("Content-Encoding") is None
     assert resp.text == EXPECTED
     resp = server.request(body=QUERY, params={"enable_http_compression": "1"})
@@ -141,7 +165,9 @@ def test_default_follows_the_servers_setting(server: Server):
 
 
 def test_errors_are_compressed_too(server: Server):
-    resp = server.request(body="SELEC 1", params={"enable_http_compression": "1"}, headers={"Accept-Encoding": "gzip"})
+    resp = server.request(
+        body="SELEC 1", params={"enable_http_compression": "1"}, headers={"Accept-Encoding": "gzip"}
+    )
     assert resp.status == 400
     assert resp.header("X-ClickHouse-Exception-Code") == "62"
     assert resp.header("Content-Encoding") == "gzip"
@@ -149,6 +175,7 @@ def test_errors_are_compressed_too(server: Server):
 
 
 # -- ClickHouse's own blocks -----------------------------------------------------------------
+
 
 def block(method: int, payload: bytes, raw_size: int) -> bytes:
     header = struct.pack("<BII", method, 9 + len(payload), raw_size) + payload
@@ -158,7 +185,9 @@ def block(method: int, payload: bytes, raw_size: int) -> bytes:
 
 def lz4_blocks(data: bytes, size: int = 1000) -> bytes:
     return b"".join(
-        block(0x82, lz4_block.compress(data[i:i + size], store_size=False), len(data[i:i + size]))
+        block(
+            0x82, lz4_block.compress(data[i : i + size], store_size=False), len(data[i : i + size])
+        )
         for i in range(0, len(data), size)
     )
 
@@ -166,9 +195,9 @@ def lz4_blocks(data: bytes, size: int = 1000) -> bytes:
 def read_blocks(data: bytes) -> bytes:
     out, pos = b"", 0
     while pos < len(data):
-        checksum = data[pos:pos + 16]
+        checksum = data[pos : pos + 16]
         method, size, raw_size = struct.unpack_from("<BII", data, pos + 16)
-        header = data[pos + 16:pos + 16 + size]
+        header = data[pos + 16 : pos + 16 + size]
         assert block(method, header[9:], raw_size)[:16] == checksum, "checksum"
         assert method == 0x82, hex(method)
         out += lz4_block.decompress(header[9:], uncompressed_size=raw_size)
@@ -210,7 +239,8 @@ def test_bad_block_checksum_is_refused_and_inserts_nothing(server: Server, datab
     body = bytearray(lz4_blocks(rowbinary([(1, "one"), (2, "two")])))
     body[3] ^= 0xFF
     resp = server.request(
-        params={"query": f"INSERT INTO {database}.t FORMAT RowBinary", "decompress": "1"}, body=bytes(body)
+        params={"query": f"INSERT INTO {database}.t FORMAT RowBinary", "decompress": "1"},
+        body=bytes(body),
     )
     assert_error(resp, 40, 500, "CHECKSUM_DOESNT_MATCH")
     assert server.ok(f"SELECT count() FROM {database}.t") == "0\n"
@@ -229,8 +259,11 @@ def test_binary_insert_with_http_lz4(server: Server, database: str):
     rows = [(n, "é\r\n\x80"[: n % 4]) for n in range(100)]
     resp = server.request(
         params={"query": f"INSERT INTO {database}.t FORMAT RowBinary"},
-        body=lz4_frame.compress(rowbinary(rows)), headers={"Content-Encoding": "lz4"},
+        body=lz4_frame.compress(rowbinary(rows)),
+        headers={"Content-Encoding": "lz4"},
     )
     assert resp.status == 200, resp.text
-    assert server.ok(f"SELECT count(), sum(length(s)) FROM {database}.t") == \
-        f"100\t{sum(len(s.encode()) for _, s in rows)}\n"
+    assert (
+        server.ok(f"SELECT count(), sum(length(s)) FROM {database}.t")
+        == f"100\t{sum(len(s.encode()) for _, s in rows)}\n"
+    )

@@ -8,10 +8,9 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
+from test_conformance import assert_error
 
 from conftest import Server, start_private_server, stop_private_server
-from test_conformance import assert_error
 
 SLEEPERS = 8
 
@@ -75,7 +74,8 @@ def test_overlapping_requests_keep_their_database_and_settings(server: Server):
                 # the sleep keeps each query open while the others run
                 resp = server.request(
                     body="SELECT currentDatabase(), getSetting('max_threads'), sleep(0.05)",
-                    params={"database": db, "max_threads": threads}, conn=conn,
+                    params={"database": db, "max_threads": threads},
+                    conn=conn,
                 )
                 if resp.status != 200:
                     errors.append(resp.text)
@@ -97,6 +97,7 @@ def test_overlapping_requests_keep_their_database_and_settings(server: Server):
 
 # -- sessions --------------------------------------------------------------------------------
 
+
 def in_session(server: Server, session: str, sql: str, **params: str):
     return server.request(body=sql, params={"session_id": session, **params})
 
@@ -109,12 +110,21 @@ def test_session_keeps_its_set_use_and_temporary_tables(server: Server, database
     assert in_session(server, a, "CREATE TEMPORARY TABLE tmp (x UInt8)").status == 200
     assert in_session(server, a, "INSERT INTO tmp VALUES (7)").status == 200
 
-    assert in_session(server, a, "SELECT getSetting('max_block_size'), currentDatabase()").text == f"4321\t{database}\n"
+    assert (
+        in_session(server, a, "SELECT getSetting('max_block_size'), currentDatabase()").text
+        == f"4321\t{database}\n"
+    )
     assert in_session(server, a, "SELECT x FROM tmp").text == "7\n"
     # another session, and a request without one, see none of it
-    assert in_session(server, b, "SELECT getSetting('max_block_size'), currentDatabase()").text == f"{default.strip()}\tdefault\n"
+    assert (
+        in_session(server, b, "SELECT getSetting('max_block_size'), currentDatabase()").text
+        == f"{default.strip()}\tdefault\n"
+    )
     assert in_session(server, b, "EXISTS TEMPORARY TABLE tmp").text == "0\n"
-    assert server.ok("SELECT getSetting('max_block_size'), currentDatabase()") == f"{default.strip()}\tdefault\n"
+    assert (
+        server.ok("SELECT getSetting('max_block_size'), currentDatabase()")
+        == f"{default.strip()}\tdefault\n"
+    )
 
 
 def test_url_settings_in_a_session_last_one_query(server: Server):
@@ -183,6 +193,7 @@ def test_session_check_for_an_unknown_session(server: Server):
 
 
 # -- the local server's own limits -----------------------------------------------------------
+
 
 def test_a_full_pool_answers_too_many_simultaneous_queries(tmp_path):
     private = start_private_server(tmp_path, "--max-concurrent-queries", "2")

@@ -15,7 +15,9 @@ import pytest
 
 from conftest import HERE, Server
 
-ERROR_BODY = re.compile(r"^Code: (\d+)\. DB::Exception: .+\. \(([A-Z_0-9]+)\) \(version [^)]+\)\n?$", re.S)
+ERROR_BODY = re.compile(
+    r"^Code: (\d+)\. DB::Exception: .+\. \(([A-Z_0-9]+)\) \(version [^)]+\)\n?$", re.S
+)
 
 
 def assert_error(resp, code: int, status: int, name: str) -> None:
@@ -28,6 +30,7 @@ def assert_error(resp, code: int, status: int, name: str) -> None:
 
 
 # -- endpoints -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", ["/", "/ping"])
 def test_ping(server: Server, path: str):
@@ -43,6 +46,7 @@ def test_head_ping(server: Server):
 
 
 # -- where the query comes from --------------------------------------------------------------
+
 
 def test_query_from_url_parameter_with_get(server: Server):
     resp = server.request("GET", params={"query": "SELECT 40 + 2"})
@@ -88,6 +92,7 @@ def test_empty_query_is_an_error(server: Server):
 
 # -- database, format, query id --------------------------------------------------------------
 
+
 def test_database_parameter(server: Server, database: str):
     assert server.ok("SELECT currentDatabase()", database=database) == f"{database}\n"
     assert server.ok("SELECT currentDatabase()") == "default\n"
@@ -119,13 +124,19 @@ def test_query_id_is_echoed(server: Server):
 
 def test_non_setting_parameters_are_accepted(server: Server):
     resp = server.query(
-        "SELECT 1", wait_end_of_query="1", session_timeout="60", buffer_size="1000", compress="0",
-        stacktrace="0", client_protocol_version="54460",
+        "SELECT 1",
+        wait_end_of_query="1",
+        session_timeout="60",
+        buffer_size="1000",
+        compress="0",
+        stacktrace="0",
+        client_protocol_version="54460",
     )
     assert resp.status == 200, resp.text
 
 
 # -- query parameters ------------------------------------------------------------------------
+
 
 def tsv_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
@@ -133,7 +144,17 @@ def tsv_escape(value: str) -> str:
 
 @pytest.mark.parametrize(
     "value",
-    ["plain", "tab\there", "new\nline", "back\\slash", "it's \"quoted\"", "ünïcødé ✓ 雪", "", "\\N", "%_*?[]"],
+    [
+        "plain",
+        "tab\there",
+        "new\nline",
+        "back\\slash",
+        'it\'s "quoted"',
+        "ünïcødé ✓ 雪",
+        "",
+        "\\N",
+        "%_*?[]",
+    ],
 )
 def test_query_parameters_round_trip(server: Server, value: str):
     resp = server.query("SELECT {v:String} AS v FORMAT JSONEachRow", param_v=tsv_escape(value))
@@ -154,6 +175,7 @@ def test_raw_tab_in_parameter_is_refused(server: Server):
 
 
 # -- settings --------------------------------------------------------------------------------
+
 
 def test_setting_applies_to_its_query(server: Server):
     assert server.ok("SELECT getSetting('max_threads')", max_threads="3") == "3\n"
@@ -178,6 +200,7 @@ def test_unknown_setting(server: Server):
 
 # -- authentication --------------------------------------------------------------------------
 
+
 def test_auth_by_headers(server: Server):
     resp = server.request(body="SELECT 'in'", auth=False, headers=server.auth_headers())
     assert resp.status == 200
@@ -185,18 +208,26 @@ def test_auth_by_headers(server: Server):
 
 
 def test_auth_by_basic(server: Server):
-    resp = server.request(body="SELECT 1", auth=False, headers=server.basic(server.user, server.password))
+    resp = server.request(
+        body="SELECT 1", auth=False, headers=server.basic(server.user, server.password)
+    )
     assert resp.status == 200, resp.text
 
 
 def test_auth_by_url_parameters(server: Server):
-    resp = server.request(body="SELECT 1", auth=False, params={"user": server.user, "password": server.password})
+    resp = server.request(
+        body="SELECT 1", auth=False, params={"user": server.user, "password": server.password}
+    )
     assert resp.status == 200, resp.text
 
 
 def test_wrong_password(server: Server):
     wrong = "wrong-" + uuid.uuid4().hex
-    resp = server.request(body="SELECT 1", auth=False, headers={"X-ClickHouse-User": server.user, "X-ClickHouse-Key": wrong})
+    resp = server.request(
+        body="SELECT 1",
+        auth=False,
+        headers={"X-ClickHouse-User": server.user, "X-ClickHouse-Key": wrong},
+    )
     assert_error(resp, 516, 403, "AUTHENTICATION_FAILED")
     assert wrong not in resp.text
     resp = server.request(body="SELECT 1", auth=False, headers=server.basic(server.user, wrong))
@@ -204,20 +235,26 @@ def test_wrong_password(server: Server):
 
 
 def test_unknown_user(server: Server):
-    resp = server.request(body="SELECT 1", auth=False, headers={"X-ClickHouse-User": "nobody_" + uuid.uuid4().hex[:6], "X-ClickHouse-Key": ""})
+    resp = server.request(
+        body="SELECT 1",
+        auth=False,
+        headers={"X-ClickHouse-User": "nobody_" + uuid.uuid4().hex[:6], "X-ClickHouse-Key": ""},
+    )
     assert resp.status == 403
     assert resp.header("X-ClickHouse-Exception-Code") in ("516", "192")
 
 
 def test_mixing_auth_methods_is_refused(server: Server):
     resp = server.request(
-        body="SELECT 1", auth=False,
+        body="SELECT 1",
+        auth=False,
         headers={**server.auth_headers(), **server.basic(server.user, server.password)},
     )
     assert_error(resp, 516, 403, "AUTHENTICATION_FAILED")
 
 
 # -- errors ----------------------------------------------------------------------------------
+
 
 def test_syntax_error(server: Server):
     assert_error(server.query("SELEC 1"), 62, 400, "SYNTAX_ERROR")
@@ -248,22 +285,32 @@ def test_multi_statement_refused(server: Server, database: str):
 def test_trailing_semicolon_and_semicolons_in_data_are_fine(server: Server, database: str):
     assert server.ok("SELECT 'a;b';") == "a;b\n"
     server.ok(f"CREATE TABLE {database}.t (s String) ENGINE = MergeTree ORDER BY s")
-    resp = server.request(params={"query": f"INSERT INTO {database}.t FORMAT TabSeparated"}, body="x;y\n")
+    resp = server.request(
+        params={"query": f"INSERT INTO {database}.t FORMAT TabSeparated"}, body="x;y\n"
+    )
     assert resp.status == 200, resp.text
     assert server.ok(f"SELECT s FROM {database}.t") == "x;y\n"
 
 
 # -- success headers and summary -------------------------------------------------------------
 
+
 def test_success_headers(server: Server):
     resp = server.query("SELECT number FROM system.numbers LIMIT 5")
     assert resp.status == 200
-    for name in ["X-ClickHouse-Query-Id", "X-ClickHouse-Format", "X-ClickHouse-Timezone",
-                 "X-ClickHouse-Server-Display-Name", "X-ClickHouse-Summary"]:
+    for name in [
+        "X-ClickHouse-Query-Id",
+        "X-ClickHouse-Format",
+        "X-ClickHouse-Timezone",
+        "X-ClickHouse-Server-Display-Name",
+        "X-ClickHouse-Summary",
+    ]:
         assert resp.header(name), name
     summary = json.loads(resp.header("X-ClickHouse-Summary"))
     assert all(isinstance(v, str) and v.isdigit() for v in summary.values()), summary
-    assert {"read_rows", "read_bytes", "written_rows", "written_bytes", "elapsed_ns"} <= set(summary)
+    assert {"read_rows", "read_bytes", "written_rows", "written_bytes", "elapsed_ns"} <= set(
+        summary
+    )
     assert resp.header("Content-Length") == str(len(resp.body))
 
 
@@ -271,7 +318,9 @@ def test_summary_counts_written_rows(server: Server, database: str):
     server.ok(f"CREATE TABLE {database}.t (a UInt32) ENGINE = MergeTree ORDER BY a")
     resp = server.query(f"INSERT INTO {database}.t VALUES (1), (2), (3)")
     assert json.loads(resp.header("X-ClickHouse-Summary"))["written_rows"] == "3"
-    resp = server.query(f"INSERT INTO {database}.t SELECT number FROM numbers(100) WHERE number % 10 = 0")
+    resp = server.query(
+        f"INSERT INTO {database}.t SELECT number FROM numbers(100) WHERE number % 10 = 0"
+    )
     assert json.loads(resp.header("X-ClickHouse-Summary"))["written_rows"] == "10"
     resp = server.query(f"INSERT INTO {database}.t SETTINGS async_insert = 0 VALUES (7), (8)")
     assert json.loads(resp.header("X-ClickHouse-Summary"))["written_rows"] == "2"
@@ -281,6 +330,7 @@ def test_summary_counts_written_rows(server: Server, database: str):
 
 
 # -- connections -----------------------------------------------------------------------------
+
 
 def test_keep_alive_reuses_the_connection(server: Server):
     conn = server.connect()
@@ -301,12 +351,22 @@ def test_keep_alive_reuses_the_connection(server: Server):
 
 # -- the local server itself -----------------------------------------------------------------
 
+
 def test_private_server_checks_password_and_never_logs_it(private_server):
     srv = private_server.server
     assert srv.ok("SELECT 1") == "1\n"
     assert srv.ok("SELECT name FROM system.databases WHERE name = 'meltano'") == "meltano\n"
-    assert srv.request(body="SELECT 1", auth=False, params={"user": "alice", "password": srv.password}).status == 200
-    resp = srv.request(body="SELECT 1", auth=False, headers={"X-ClickHouse-User": "alice", "X-ClickHouse-Key": "nope"})
+    assert (
+        srv.request(
+            body="SELECT 1", auth=False, params={"user": "alice", "password": srv.password}
+        ).status
+        == 200
+    )
+    resp = srv.request(
+        body="SELECT 1",
+        auth=False,
+        headers={"X-ClickHouse-User": "alice", "X-ClickHouse-Key": "nope"},
+    )
     assert resp.status == 403
     resp = srv.request(body="SELECT 1", auth=False)  # user default, empty password
     assert resp.status == 403
@@ -318,7 +378,9 @@ def test_private_server_checks_password_and_never_logs_it(private_server):
 def test_server_refuses_non_loopback_address():
     proc = subprocess.run(
         [sys.executable, str(HERE / "server.py"), "--host", "0.0.0.0", "--port", "1"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode != 0
     assert "127.0.0.1 only" in proc.stderr

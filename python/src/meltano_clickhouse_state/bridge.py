@@ -85,6 +85,8 @@ def host_log_level(level: int) -> str:
     if level <= logging.WARNING:
         return "warn"
     return "error"
+
+
 #: How long past its own deadline (the lock timeout plus a minute) the host may take to answer
 #: before it is considered hung and stopped.
 _REPLY_GRACE_SECONDS = 90.0
@@ -110,10 +112,13 @@ class BackendError(Exception):
         self.setting = setting
 
 
-def find_executable(
-    package_dir: Path = Path(__file__).resolve().parent,
-    scripts_dir: Path = Path(sysconfig.get_path("scripts")),
-) -> Path:
+#: This package's directory and this environment's scripts directory (where pip installs the
+#: wheel's executable).
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_SCRIPTS_DIR = Path(sysconfig.get_path("scripts"))
+
+
+def find_executable(package_dir: Path = _PACKAGE_DIR, scripts_dir: Path = _SCRIPTS_DIR) -> Path:
     """The host executable: $STATE_BACKEND_BIN, the one the wheel installed into this Python's
     scripts directory, a copy bundled in this package, or PATH."""
     explicit = os.environ.get(BIN_ENV)
@@ -137,7 +142,7 @@ def find_executable(
     )
 
 
-def find_component(package_dir: Path = Path(__file__).resolve().parent) -> Path | None:
+def find_component(package_dir: Path = _PACKAGE_DIR) -> Path | None:
     """The component the wheel installed inside this package, if any (else the host finds its
     own: $STATE_BACKEND_COMPONENT, or beside its executable)."""
     if os.environ.get(COMPONENT_ENV):

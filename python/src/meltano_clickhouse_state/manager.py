@@ -53,9 +53,7 @@ class StateBackendConfigurationError(MeltanoConfigurationError):
 def _error(error: BackendError) -> Exception:
     if error.kind == "invalid-config":
         setting = meltano_name(error.setting) if error.setting else None
-        return StateBackendConfigurationError(
-            f"ClickHouse state backend: {error.message}", setting
-        )
+        return StateBackendConfigurationError(f"ClickHouse state backend: {error.message}", setting)
     if error.kind == "locked":
         return StateLockedError(error.kind, error.message, error.lock)
     if error.kind == "unreachable" and "its address is refused" in error.message:
@@ -144,7 +142,9 @@ class ClickHouseStateStoreManager(StateStoreManager):
             settings=tuple(
                 (name, _to_setting(value)) for name, value in overrides.items() if value is not None
             ),
-            lock_timeout_seconds=float(10 if lock_timeout_seconds is None else lock_timeout_seconds),
+            lock_timeout_seconds=float(
+                10 if lock_timeout_seconds is None else lock_timeout_seconds
+            ),
             lock_retry_seconds=float(1 if lock_retry_seconds is None else lock_retry_seconds),
             allow_loopback=bool(allow_loopback),
             ca_bundle=ca_bundle or None,
@@ -244,7 +244,9 @@ class ClickHouseStateStoreManager(StateStoreManager):
         """
         del retry_seconds
         if state_id in self._held:
-            raise BackendError("invalid-input", f"this manager already holds the lock on {state_id!r}")
+            raise BackendError(
+                "invalid-input", f"this manager already holds the lock on {state_id!r}"
+            )
         lock = self._call("acquire_lock", state_id=state_id)["lock"]
         self._held[state_id] = lock
         try:

@@ -29,14 +29,27 @@ from .errors import ErrorCodes
 
 # Content-Encoding names as ClickHouse's chooseCompressionMethod reads them.
 _ALIASES = {
-    "gzip": "gzip", "gz": "gzip", "deflate": "deflate", "br": "br", "brotli": "br",
-    "xz": "xz", "lzma": "xz", "zstd": "zstd", "zst": "zstd", "lz4": "lz4", "bz2": "bz2",
+    "gzip": "gzip",
+    "gz": "gzip",
+    "deflate": "deflate",
+    "br": "br",
+    "brotli": "br",
+    "xz": "xz",
+    "lzma": "xz",
+    "zstd": "zstd",
+    "zst": "zstd",
+    "lz4": "lz4",
+    "bz2": "bz2",
 }
 # The engine's error name when a body does not decode.
 _DECODE_ERROR = {
-    "gzip": "ZLIB_INFLATE_FAILED", "deflate": "ZLIB_INFLATE_FAILED",
-    "br": "BROTLI_READ_FAILED", "xz": "LZMA_STREAM_DECODER_FAILED",
-    "zstd": "ZSTD_DECODER_FAILED", "lz4": "LZ4_DECODER_FAILED", "bz2": "BZIP2_STREAM_DECODER_FAILED",
+    "gzip": "ZLIB_INFLATE_FAILED",
+    "deflate": "ZLIB_INFLATE_FAILED",
+    "br": "BROTLI_READ_FAILED",
+    "xz": "LZMA_STREAM_DECODER_FAILED",
+    "zstd": "ZSTD_DECODER_FAILED",
+    "lz4": "LZ4_DECODER_FAILED",
+    "bz2": "BZIP2_STREAM_DECODER_FAILED",
 }
 # ClickHouse's chooseHTTPCompressionMethod: the first of these named anywhere in Accept-Encoding
 # (snappy, which a server can read but not write, is left out).
@@ -74,7 +87,9 @@ def decode_body(encoding: str, data: bytes, codes: ErrorCodes) -> bytes:
     try:
         return _decode(name, data)
     except Exception as exc:  # each library raises its own error type
-        raise codes.error(_DECODE_ERROR[name], f"Cannot decode {name} request body: {exc}") from None
+        raise codes.error(
+            _DECODE_ERROR[name], f"Cannot decode {name} request body: {exc}"
+        ) from None
 
 
 def choose_response_encoding(accept_encoding: str) -> str | None:
@@ -127,7 +142,7 @@ def compress_blocks(data: bytes) -> bytes:
     """`data` as LZ4 blocks, as a server answers `compress=1`."""
     out = bytearray()
     for start in range(0, len(data), BLOCK_SIZE) if data else ():
-        raw = data[start:start + BLOCK_SIZE]
+        raw = data[start : start + BLOCK_SIZE]
         packed = lz4.block.compress(raw, store_size=False)
         block = _HEADER.pack(METHOD_LZ4, _HEADER.size + len(packed), len(raw)) + packed
         out += _checksum(block) + block
@@ -140,17 +155,23 @@ def decompress_blocks(data: bytes, codes: ErrorCodes, *, verify: bool = True) ->
     pos = 0
     while pos < len(data):
         if len(data) - pos < _CHECKSUM_SIZE + _HEADER.size:
-            raise codes.error("CANNOT_DECOMPRESS", "Cannot read compressed block header: data is truncated")
-        checksum = data[pos:pos + _CHECKSUM_SIZE]
+            raise codes.error(
+                "CANNOT_DECOMPRESS", "Cannot read compressed block header: data is truncated"
+            )
+        checksum = data[pos : pos + _CHECKSUM_SIZE]
         method, size, raw_size = _HEADER.unpack_from(data, pos + _CHECKSUM_SIZE)
         if size < _HEADER.size or size > MAX_BLOCK_SIZE or raw_size > MAX_BLOCK_SIZE:
-            raise codes.error("TOO_LARGE_SIZE_COMPRESSED", f"Too large size_compressed_without_checksum: {size}")
-        block = data[pos + _CHECKSUM_SIZE:pos + _CHECKSUM_SIZE + size]
+            raise codes.error(
+                "TOO_LARGE_SIZE_COMPRESSED", f"Too large size_compressed_without_checksum: {size}"
+            )
+        block = data[pos + _CHECKSUM_SIZE : pos + _CHECKSUM_SIZE + size]
         if len(block) < size:
-            raise codes.error("CANNOT_DECOMPRESS", "Cannot read compressed block: data is truncated")
+            raise codes.error(
+                "CANNOT_DECOMPRESS", "Cannot read compressed block: data is truncated"
+            )
         if verify and _checksum(block) != checksum:
             raise codes.error("CHECKSUM_DOESNT_MATCH", "Checksum doesn't match: corrupted data")
-        payload = block[_HEADER.size:]
+        payload = block[_HEADER.size :]
         try:
             if method == METHOD_LZ4:
                 raw = lz4.block.decompress(payload, uncompressed_size=raw_size)
@@ -159,11 +180,15 @@ def decompress_blocks(data: bytes, codes: ErrorCodes, *, verify: bool = True) ->
             elif method == METHOD_NONE:
                 raw = payload
             else:
-                raise codes.error("UNKNOWN_COMPRESSION_METHOD", f"Unknown compression method: {method:#x}")
+                raise codes.error(
+                    "UNKNOWN_COMPRESSION_METHOD", f"Unknown compression method: {method:#x}"
+                )
         except (lz4.block.LZ4BlockError, zstd.ZstdError) as exc:
             raise codes.error("CANNOT_DECOMPRESS", f"Cannot decompress block: {exc}") from None
         if len(raw) != raw_size:
-            raise codes.error("CANNOT_DECOMPRESS", f"Block decompressed to {len(raw)} bytes, expected {raw_size}")
+            raise codes.error(
+                "CANNOT_DECOMPRESS", f"Block decompressed to {len(raw)} bytes, expected {raw_size}"
+            )
         out += raw
         pos += _CHECKSUM_SIZE + size
     return bytes(out)

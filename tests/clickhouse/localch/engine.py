@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from .errors import ClickHouseError, ErrorCodes
 
@@ -52,7 +52,7 @@ class Result:
 class Connection:
     """One chDB connection; used by one request (or one session) at a time."""
 
-    def __init__(self, engine: "Engine", wrapper):
+    def __init__(self, engine: Engine, wrapper):
         self._engine = engine
         self._wrapper = wrapper  # chDB's Python connection; it owns the native one below
         self._raw = wrapper._conn
@@ -88,10 +88,24 @@ class Connection:
             # INSERT ... SELECT, where a server also reports them.
             if re.search(r"\bFORMAT\b|\bVALUES\b", sql[:200], re.IGNORECASE):
                 read_rows = read_bytes = 0
-            return Result(result.bytes(), elapsed, read_rows, read_bytes,
-                          result.rows_written(), result.bytes_written())
-        return Result(result.bytes(), elapsed, read_rows, read_bytes, 0, 0,
-                      result.rows_read(), result.bytes_read())
+            return Result(
+                result.bytes(),
+                elapsed,
+                read_rows,
+                read_bytes,
+                result.rows_written(),
+                result.bytes_written(),
+            )
+        return Result(
+            result.bytes(),
+            elapsed,
+            read_rows,
+            read_bytes,
+            0,
+            0,
+            result.rows_read(),
+            result.bytes_read(),
+        )
 
     def insert(self, statement: str, fmt: str, data: bytes) -> Result:
         """INSERT with its data apart from the statement: any bytes, binary formats included."""
@@ -110,8 +124,12 @@ class Connection:
                 raise
         except RuntimeError as exc:
             raise self._engine.codes.from_text(str(exc)) from None
-        return Result(b"", time.monotonic_ns() - started,
-                      written_rows=done.rows_written(), written_bytes=done.bytes_written())
+        return Result(
+            b"",
+            time.monotonic_ns() - started,
+            written_rows=done.rows_written(),
+            written_bytes=done.bytes_written(),
+        )
 
     # -- per-request database and settings --
     def prepare(self, database: str, settings: dict[str, str]) -> None:
@@ -173,7 +191,7 @@ class Pool:
     server at `max_concurrent_queries` does; it does not queue.
     """
 
-    def __init__(self, engine: "Engine", size: int, first: Connection):
+    def __init__(self, engine: Engine, size: int, first: Connection):
         self._engine = engine
         self.size = size
         self._idle: list[Connection] = [first]  # the engine's first connection, already open
@@ -271,14 +289,16 @@ class Sessions:
     DEFAULT_TIMEOUT_S = 60
     MAX_TIMEOUT_S = 3600  # a server's default max_session_timeout
 
-    def __init__(self, engine: "Engine", limit: int):
+    def __init__(self, engine: Engine, limit: int):
         self._engine = engine
         self.limit = limit
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
     @contextmanager
-    def use(self, session_id: str, timeout: str | None, check: bool, close: bool) -> Iterator[Session]:
+    def use(
+        self, session_id: str, timeout: str | None, check: bool, close: bool
+    ) -> Iterator[Session]:
         codes = self._engine.codes
         timeout_s = self._timeout(timeout)
         self.expire()
@@ -337,7 +357,8 @@ class Sessions:
         now = time.monotonic()
         with self._lock:
             gone = [
-                sid for sid, s in self._sessions.items()
+                sid
+                for sid, s in self._sessions.items()
                 if s.expires_at <= now and not s.lock.locked()
             ]
             closed = [self._sessions.pop(sid) for sid in gone]
@@ -363,7 +384,9 @@ class Engine:
     """The chDB engine of this process, what it knows (version, error codes, settings), and
     the connections to it."""
 
-    def __init__(self, data_dir: str, *, max_queries: int, max_sessions: int, config: str | None = None):
+    def __init__(
+        self, data_dir: str, *, max_queries: int, max_sessions: int, config: str | None = None
+    ):
         import chdb  # imported here so `--help` works without the venv
 
         self._chdb = chdb

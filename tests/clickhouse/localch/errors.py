@@ -9,7 +9,13 @@ import re
 STATUS_BY_ERROR_NAME = {
     "REQUIRED_PASSWORD": 401,
     **dict.fromkeys(
-        ["UNKNOWN_USER", "WRONG_PASSWORD", "AUTHENTICATION_FAILED", "SET_NON_GRANTED_ROLE", "ACCESS_DENIED"],
+        [
+            "UNKNOWN_USER",
+            "WRONG_PASSWORD",
+            "AUTHENTICATION_FAILED",
+            "SET_NON_GRANTED_ROLE",
+            "ACCESS_DENIED",
+        ],
         403,
     ),
     **dict.fromkeys(
@@ -113,11 +119,11 @@ class ErrorCodes:
         text = text.strip()
         prefix = _CODE_PREFIX.match(text)
         code = int(prefix.group(1)) if prefix else 1001
-        body = text[prefix.end():] if prefix else text
+        body = text[prefix.end() :] if prefix else text
         # chDB nests "Code: N. DB::Exception:" inside messages; keep the innermost text once.
         body = _CODE_PREFIX.sub("", body)
         while inner := _INNER_PREFIX.search(body):
-            body = body[inner.end():]
+            body = body[inner.end() :]
         suffix = _NAME_SUFFIX.search(body)
         if suffix:
             body = body[: suffix.start()]

@@ -26,9 +26,24 @@ LOG = logging.getLogger("local-clickhouse")
 
 # URL parameters that are not settings (ClickHouse's HTTPHandler reserves these).
 RESERVED_PARAMS = {
-    "query", "database", "default_format", "query_id", "user", "password", "quota_key",
-    "stacktrace", "role", "session_id", "session_timeout", "session_check", "compress",
-    "decompress", "wait_end_of_query", "buffer_size", "client_protocol_version", "close_session",
+    "query",
+    "database",
+    "default_format",
+    "query_id",
+    "user",
+    "password",
+    "quota_key",
+    "stacktrace",
+    "role",
+    "session_id",
+    "session_timeout",
+    "session_check",
+    "compress",
+    "decompress",
+    "wait_end_of_query",
+    "buffer_size",
+    "client_protocol_version",
+    "close_session",
 }
 _FORMAT_CLAUSE = re.compile(r"\bFORMAT\s+([A-Za-z0-9_]+)\s*;?\s*$", re.IGNORECASE)
 _SET_READONLY = re.compile(r"^\s*SET\b.*\breadonly\b", re.IGNORECASE | re.DOTALL)
@@ -73,7 +88,9 @@ class Output:
         if self.native:
             body = codecs.compress_blocks(body)
         if self.http:
-            return codecs.encode_body(self.http, body, self.level), [("Content-Encoding", self.http)]
+            return codecs.encode_body(self.http, body, self.level), [
+                ("Content-Encoding", self.http)
+            ]
         return body, []
 
 
@@ -102,8 +119,12 @@ class Handler(BaseHTTPRequestHandler):
     def _log(self, status: int, code: int | None, elapsed_ms: float) -> None:
         LOG.info(
             "%s %s %s %s%s %.1fms",
-            self.client_address[0], self.command, urlsplit(self.path).path, status,
-            f" code={code}" if code is not None else "", elapsed_ms,
+            self.client_address[0],
+            self.command,
+            urlsplit(self.path).path,
+            status,
+            f" code={code}" if code is not None else "",
+            elapsed_ms,
         )
 
     # -- HTTP methods --
@@ -186,7 +207,9 @@ class Handler(BaseHTTPRequestHandler):
         if auth:
             scheme, _, value = auth.partition(" ")
             if scheme.lower() != "basic":
-                raise codes.error("AUTHENTICATION_FAILED", "Invalid authentication: only Basic is supported")
+                raise codes.error(
+                    "AUTHENTICATION_FAILED", "Invalid authentication: only Basic is supported"
+                )
             try:
                 user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
             except (binascii.Error, UnicodeDecodeError):
@@ -223,10 +246,14 @@ class Handler(BaseHTTPRequestHandler):
             return 200, [("Content-Type", "text/html; charset=UTF-8")], b"Ok.\n"
 
         self._authenticate(params)
-        self._query_id = params.get("query_id") or self.headers.get("X-ClickHouse-Query-Id") or self._query_id
+        self._query_id = (
+            params.get("query_id") or self.headers.get("X-ClickHouse-Query-Id") or self._query_id
+        )
 
         # Settings, and from them how the answer is encoded (errors included from here on).
-        settings = {k: v for k, v in pairs if k not in RESERVED_PARAMS and not k.startswith("param_") and k}
+        settings = {
+            k: v for k, v in pairs if k not in RESERVED_PARAMS and not k.startswith("param_") and k
+        }
         unknown = [name for name in settings if not engine.known_setting(name)]
         if unknown:
             raise codes.error("UNKNOWN_SETTING", f"Unknown setting '{unknown[0]}'")
@@ -234,7 +261,10 @@ class Handler(BaseHTTPRequestHandler):
 
         body = codecs.decode_body(self.headers.get("Content-Encoding", ""), raw_body, codes)
         if params.get("decompress") in _TRUE and body:
-            verify = settings.get("http_native_compression_disable_checksumming_on_decompress", "0") not in _TRUE
+            verify = (
+                settings.get("http_native_compression_disable_checksumming_on_decompress", "0")
+                not in _TRUE
+            )
             body = codecs.decompress_blocks(body, codes, verify=verify)
         if self.headers.get("Content-Type", "").startswith("multipart/form-data"):
             fields = form_fields(self.headers["Content-Type"], body, codes)
@@ -244,16 +274,22 @@ class Handler(BaseHTTPRequestHandler):
         query = assemble(params.get("query"), body, codes)
         if not query.sql.strip():
             raise codes.error("SYNTAX_ERROR", "Empty query")
-        query_params = {k[len("param_"):]: v for k, v in pairs if k.startswith("param_")}
+        query_params = {k[len("param_") :]: v for k, v in pairs if k.startswith("param_")}
 
         readonly = settings.pop("readonly", None)
         if readonly is not None and readonly not in ("0", "1", "2"):
             raise codes.error("CANNOT_PARSE_NUMBER", f"Cannot parse readonly = '{readonly}'")
         database = self.headers.get("X-ClickHouse-Database") or params.get("database") or None
-        fmt = self.headers.get("X-ClickHouse-Format") or params.get("default_format") or "TabSeparated"
+        fmt = (
+            self.headers.get("X-ClickHouse-Format")
+            or params.get("default_format")
+            or "TabSeparated"
+        )
 
         def run(conn: Connection) -> Result:
-            self._check(conn, query, read_only=read_only or readonly in ("1", "2"), via_get=read_only)
+            self._check(
+                conn, query, read_only=read_only or readonly in ("1", "2"), via_get=read_only
+            )
             if query.insert_statement is not None:
                 return conn.insert(query.insert_statement, query.insert_format, query.data)
             return conn.query(query.sql, fmt, query_params, is_insert=query.is_insert)
@@ -261,7 +297,9 @@ class Handler(BaseHTTPRequestHandler):
         session_id = params.get("session_id")
         if session_id:
             with engine.sessions.use(
-                session_id, params.get("session_timeout"), params.get("session_check") in _TRUE,
+                session_id,
+                params.get("session_timeout"),
+                params.get("session_check") in _TRUE,
                 params.get("close_session") in _TRUE,
             ) as session:
                 result = session.run(database, settings, query.sql, run)
@@ -279,12 +317,21 @@ class Handler(BaseHTTPRequestHandler):
         defaults = self.engine.defaults
         native = params.get("compress") in _TRUE
         accept = self.headers.get("Accept-Encoding", "")
-        enabled = settings.get("enable_http_compression", defaults.get("enable_http_compression", "0")) in _TRUE
+        enabled = (
+            settings.get("enable_http_compression", defaults.get("enable_http_compression", "0"))
+            in _TRUE
+        )
         http = codecs.choose_response_encoding(accept) if accept and enabled else None
         try:
-            level = int(settings.get("http_zlib_compression_level", defaults.get("http_zlib_compression_level", "3")))
+            level = int(
+                settings.get(
+                    "http_zlib_compression_level", defaults.get("http_zlib_compression_level", "3")
+                )
+            )
         except ValueError:
-            raise self.engine.codes.error("CANNOT_PARSE_NUMBER", "Cannot parse http_zlib_compression_level") from None
+            raise self.engine.codes.error(
+                "CANNOT_PARSE_NUMBER", "Cannot parse http_zlib_compression_level"
+            ) from None
         return Output(native, http, level)
 
     def _check(self, conn: Connection, query: Query, *, read_only: bool, via_get: bool) -> None:
@@ -297,17 +344,25 @@ class Handler(BaseHTTPRequestHandler):
                 "Syntax error (Multi-statements are not allowed): failed at position "
                 f"{query.sql.find(';') + 1} (end of query)",
             )
-        writes = query.insert_statement is not None or kind in ("MUTATING", "MUTATING_GLOBAL") or (
-            kind == "CONTROL" and not is_set_or_use(query.sql)
+        writes = (
+            query.insert_statement is not None
+            or kind in ("MUTATING", "MUTATING_GLOBAL")
+            or (kind == "CONTROL" and not is_set_or_use(query.sql))
         )
         if writes and read_only:
             hint = (
                 " For queries over HTTP, method GET implies readonly. You should use method POST"
-                " for modifying queries" if via_get else ""
+                " for modifying queries"
+                if via_get
+                else ""
             )
-            raise codes.error("READONLY", f"{self.config.user}: Cannot execute query in readonly mode.{hint}")
+            raise codes.error(
+                "READONLY", f"{self.config.user}: Cannot execute query in readonly mode.{hint}"
+            )
         if _SET_READONLY.match(query.sql):
-            raise codes.error("READONLY", "The local server does not let a query change the readonly setting")
+            raise codes.error(
+                "READONLY", "The local server does not let a query change the readonly setting"
+            )
 
     def _success_headers(self, query: Query, fmt: str, result: Result) -> list[tuple[str, str]]:
         summary = {
@@ -327,5 +382,8 @@ class Handler(BaseHTTPRequestHandler):
             ("X-ClickHouse-Query-Id", self._query_id),
             ("X-ClickHouse-Format", clause.group(1) if clause else fmt),
             ("X-ClickHouse-Timezone", self.engine.timezone),
-            ("X-ClickHouse-Summary", json.dumps({k: str(v) for k, v in summary.items()}, separators=(",", ":"))),
+            (
+                "X-ClickHouse-Summary",
+                json.dumps({k: str(v) for k, v in summary.items()}, separators=(",", ":")),
+            ),
         ]

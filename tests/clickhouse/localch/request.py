@@ -16,9 +16,13 @@ from email.parser import BytesParser
 from .errors import ErrorCodes
 
 # An INSERT statement that ends with its FORMAT clause; its data comes separately.
-_INSERT_FORMAT = re.compile(r"^\s*INSERT\b.*?\bFORMAT\s+([A-Za-z0-9_]+)\s*$", re.IGNORECASE | re.DOTALL)
+_INSERT_FORMAT = re.compile(
+    r"^\s*INSERT\b.*?\bFORMAT\s+([A-Za-z0-9_]+)\s*$", re.IGNORECASE | re.DOTALL
+)
 # A body that starts with a one-line INSERT ... FORMAT <name> and carries the data after it.
-_INSERT_FORMAT_LINE = re.compile(rb"^\s*INSERT\b[^\n]*?\bFORMAT\s+([A-Za-z0-9_]+)[ \t]*\r?\n", re.IGNORECASE)
+_INSERT_FORMAT_LINE = re.compile(
+    rb"^\s*INSERT\b[^\n]*?\bFORMAT\s+([A-Za-z0-9_]+)[ \t]*\r?\n", re.IGNORECASE
+)
 _FORMAT_CLAUSE = re.compile(r"\bFORMAT\s+[A-Za-z0-9_]+\s*$", re.IGNORECASE)
 _INSERT = re.compile(r"^\s*INSERT\b", re.IGNORECASE)
 
@@ -52,7 +56,7 @@ def assemble(url_query: str | None, body: bytes, codes: ErrorCodes) -> Query:
         line = _INSERT_FORMAT_LINE.match(body)
         if line:
             statement = body[: line.end()].decode("utf-8", errors="strict").strip()
-            return _split(statement, line.group(1).decode(), body[line.end():])
+            return _split(statement, line.group(1).decode(), body[line.end() :])
     parts = [url_query] if url_query else []
     if body:
         try:
@@ -81,7 +85,8 @@ def form_fields(content_type: str, body: bytes, codes: ErrorCodes) -> list[tuple
             raise codes.error("BAD_ARGUMENTS", "A multipart/form-data field has no name")
         if part.get_filename() is not None:
             raise codes.error(
-                "NOT_IMPLEMENTED", "External data (files in a multipart form) is not supported by the local server"
+                "NOT_IMPLEMENTED",
+                "External data (files in a multipart form) is not supported by the local server",
             )
         payload = part.get_payload(decode=True) or b""
         try:
