@@ -242,8 +242,8 @@ fn settle_mode_comparing_with_the_time_before_the_insert_admits_two_holders() {
 
 /// Settle mode keeps the original backend's table, a ReplacingMergeTree by state id: a
 /// background merge keeps one candidate, and a holder whose row was merged away is invisible to
-/// the next contender. Not fixable without changing the Python backend's table (README, "The
-/// lock"); the model shows it, so that the limit is stated from a check, not a guess.
+/// the next contender. Not fixable without changing the Python backend's table (docs/lock.md,
+/// "settle"); the model shows it, so that the limit is stated from a check, not a guess.
 #[test]
 fn settle_mode_is_not_safe_against_a_merge_of_its_candidates() {
     let model = LockModel {
