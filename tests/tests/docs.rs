@@ -33,3 +33,27 @@ fn the_readme_settings_table_is_the_settings_table() {
         expected.join("\n")
     );
 }
+
+#[test]
+fn the_readme_is_a_front_door_that_links_every_page() {
+    let readme = readme();
+    let lines = readme.lines().count();
+    assert!(
+        lines < 300,
+        "the README has {lines} lines; move detail to docs/"
+    );
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let mut pages = 0;
+    for entry in std::fs::read_dir(&docs).expect("docs/") {
+        let name = entry.expect("entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".md") {
+            pages += 1;
+            assert!(
+                readme.contains(&format!("](docs/{name})")),
+                "docs/{name} is not linked"
+            );
+        }
+    }
+    assert!(pages > 0);
+}
