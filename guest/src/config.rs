@@ -225,16 +225,13 @@ impl UriParts {
                 )));
             }
         }
-        parts.host = match uri.host {
-            Some(host) if host.contains(':') => Some(host), // IPv6, already normalised
-            Some(host) => Some(decode(&host, "host")?),
-            None => None,
-        };
+        // A name, an IPv4 address, or an IPv6 address normalised and without brackets.
+        parts.host = uri.host;
         parts.port = uri.port;
         if !uri.user.is_empty() {
-            parts.user = Some(decode(uri.user, "user")?);
+            parts.user = Some(decode(&uri.user, "user")?);
         }
-        if let Some(password) = uri.password {
+        if let Some(password) = &uri.password {
             parts.password = Some(Secret::new(decode(password, "password")?));
         }
         let path = uri.path.trim_start_matches('/');
@@ -246,7 +243,7 @@ impl UriParts {
             }
             parts.database = Some(decode(path, "database")?);
         }
-        for (name, value) in form_urlencoded::parse(uri.query.unwrap_or("").as_bytes()) {
+        for (name, value) in form_urlencoded::parse(uri.query.as_deref().unwrap_or("").as_bytes()) {
             match name.as_ref() {
                 "secure" => parts.secure = Some(parse_bool("secure", &value)?),
                 other => {

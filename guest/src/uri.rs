@@ -1,129 +1,99 @@
-//! The connection URI: `scheme://[user[:password]@]host[:port][/database][?name=value&...]`.
+//! The connection URI: `scheme://[user[:password]@]host[:port][/database][?name=value&...]`,
+//! parsed by the `url` crate and then held to a stricter grammar than the WHATWG standard's.
 //!
-//! A focused parser rather than the `url` crate: `url` implements the whole WHATWG URL standard
-//! (IDNA, special schemes, relative references) and was 74 KB of a 442 KB component, for a
-//! grammar this small. It is checked against `url` on generated URIs (tests/properties.rs).
-//! Parts stay percent-encoded here; `config` decodes them.
+//! The text is parsed as a URL of a non-special scheme whatever scheme it names (the scheme
+//! itself is kept), because two special-scheme readings would surprise here: a port equal to
+//! http's or https's default (80, 443) would be dropped, so the connection would go to 8123
+//! instead, and a host such as `0` or `1.2` would become an IPv4 address. What WHATWG quietly
+//! repairs is refused: a fragment (`#` must be written `%23`), whitespace or control characters
+//! (WHATWG strips tabs and newlines anywhere), and a host that is not a plain ASCII name or an
+//! IP address (non-ASCII names in their punycode form; `idna` is built without Unicode tables,
+//! see `Cargo.toml`). A property test holds the result to `url`'s own reading of the same text
+//! (tests/properties.rs). Parts stay percent-encoded here; `config` decodes them.
 
-use std::net::Ipv6Addr;
-
-/// The parts of a URI, as written (still percent-encoded).
+/// The parts of a URI (user, password, path and query still percent-encoded).
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Uri<'a> {
+pub struct Uri {
     /// Lower-cased.
     pub scheme: String,
-    pub user: &'a str,
-    pub password: Option<&'a str>,
+    pub user: String,
+    pub password: Option<String>,
     /// A name or IPv4 address as written; an IPv6 address without its brackets, normalised.
     pub host: Option<String>,
     pub port: Option<u16>,
     /// Without the leading `/`.
-    pub path: &'a str,
-    pub query: Option<&'a str>,
+    pub path: String,
+    pub query: Option<String>,
 }
 
 /// Why a URI is not one.
 #[derive(Debug, PartialEq, Eq)]
-pub struct UriError(pub &'static str);
+pub struct UriError(pub String);
 
 impl std::fmt::Display for UriError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0)
+        f.write_str(&self.0)
     }
 }
 
-pub fn parse(text: &str) -> Result<Uri<'_>, UriError> {
+fn error(message: &str) -> UriError {
+    UriError(message.to_string())
+}
+
+/// The scheme the text is parsed under: any non-special one reads the same.
+const NON_SPECIAL: &str = "clickhouse";
+
+pub fn parse(text: &str) -> Result<Uri, UriError> {
     let text = text.trim_matches(|c: char| c <= ' ');
     let (scheme, rest) = text
         .split_once("://")
-        .ok_or(UriError("it does not start with scheme://"))?;
+        .ok_or_else(|| error("it does not start with scheme://"))?;
     if scheme.is_empty()
         || !scheme.starts_with(|c: char| c.is_ascii_alphabetic())
         || !scheme
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
     {
-        return Err(UriError("invalid scheme"));
+        return Err(error("invalid scheme"));
     }
     if rest.contains('#') {
-        return Err(UriError(
+        return Err(error(
             "a fragment (#) is not allowed; percent-encode '#' as %23",
         ));
     }
     if rest.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(UriError("whitespace or control characters"));
+        return Err(error("whitespace or control characters"));
     }
-    let (before_query, query) = match rest.split_once('?') {
-        Some((before, query)) => (before, Some(query)),
-        None => (rest, None),
+    let url =
+        url::Url::parse(&format!("{NON_SPECIAL}://{rest}")).map_err(|e| UriError(e.to_string()))?;
+    let host = match url.host() {
+        None => None,
+        Some(url::Host::Ipv6(address)) => Some(address.to_string()),
+        Some(url::Host::Ipv4(address)) => Some(address.to_string()),
+        Some(url::Host::Domain("")) => None,
+        Some(url::Host::Domain(name)) => {
+            if !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+            {
+                return Err(error(
+                    "invalid characters in the host (a name of letters, digits, '.', '-' and \
+                     '_'; a non-ASCII name in its punycode form)",
+                ));
+            }
+            Some(name.to_string())
+        }
     };
-    let (authority, path) = match before_query.find('/') {
-        Some(at) => (&before_query[..at], &before_query[at + 1..]),
-        None => (before_query, ""),
-    };
-    // The userinfo ends at the last '@' of the authority (a password may contain '@' only
-    // encoded, but be lenient as browsers and the url crate are).
-    let (userinfo, host_port) = match authority.rfind('@') {
-        Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
-        None => (None, authority),
-    };
-    let (user, password) = match userinfo {
-        Some(info) => match info.split_once(':') {
-            // An empty password is no password, as in the url crate.
-            Some((user, password)) => (user, (!password.is_empty()).then_some(password)),
-            None => (info, None),
-        },
-        None => ("", None),
-    };
-    let (host, port) = split_host_port(host_port)?;
     Ok(Uri {
         scheme: scheme.to_ascii_lowercase(),
-        user,
-        password,
+        user: url.username().to_string(),
+        // An empty password is no password, as `url` reads it.
+        password: url.password().map(str::to_string),
         host,
-        port,
-        path,
-        query,
+        port: url.port(),
+        path: url.path().trim_start_matches('/').to_string(),
+        query: url.query().map(str::to_string),
     })
-}
-
-fn split_host_port(text: &str) -> Result<(Option<String>, Option<u16>), UriError> {
-    let (host, port) = if let Some(inner) = text.strip_prefix('[') {
-        let (address, after) = inner
-            .split_once(']')
-            .ok_or(UriError("an IPv6 address without its closing ']'"))?;
-        let address: Ipv6Addr = address
-            .parse()
-            .map_err(|_| UriError("an invalid IPv6 address"))?;
-        let port = match after {
-            "" => None,
-            _ => Some(
-                after
-                    .strip_prefix(':')
-                    .ok_or(UriError("characters after the IPv6 address"))?,
-            ),
-        };
-        (Some(address.to_string()), port)
-    } else {
-        let (host, port) = match text.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (text, None),
-        };
-        if host.contains(['[', ']', '<', '>', '^', '|', '\\', '"', '`', '{', '}']) {
-            return Err(UriError("invalid characters in the host"));
-        }
-        ((!host.is_empty()).then(|| host.to_string()), port)
-    };
-    let port = match port {
-        None | Some("") => None,
-        Some(digits) if digits.bytes().all(|b| b.is_ascii_digit()) => Some(
-            digits
-                .parse::<u16>()
-                .map_err(|_| UriError("the port is out of range"))?,
-        ),
-        Some(_) => return Err(UriError("the port is not a number")),
-    };
-    Ok((host, port))
 }
 
 #[cfg(test)]
@@ -138,12 +108,12 @@ mod tests {
             uri,
             Uri {
                 scheme: "clickhouse".into(),
-                user: "al%40ice",
-                password: Some("p%3Ass"),
+                user: "al%40ice".into(),
+                password: Some("p%3Ass".into()),
                 host: Some("ch.example.com".into()),
                 port: Some(8443),
-                path: "db_1",
-                query: Some("secure=true"),
+                path: "db_1".into(),
+                query: Some("secure=true".into()),
             }
         );
     }
@@ -151,8 +121,11 @@ mod tests {
     #[test]
     fn optional_parts_may_be_missing() {
         let uri = parse("clickhouse://host").unwrap();
-        assert_eq!((uri.user, uri.password, uri.port), ("", None, None));
-        assert_eq!((uri.path, uri.query), ("", None));
+        assert_eq!(
+            (uri.user.as_str(), uri.password, uri.port),
+            ("", None, None)
+        );
+        assert_eq!((uri.path.as_str(), uri.query), ("", None));
         assert_eq!(parse("clickhouse://u@h:/").unwrap().port, None);
         assert_eq!(parse("clickhouse://u:@h").unwrap().password, None);
         assert_eq!(parse("clickhouse:///db").unwrap().host, None);
@@ -174,8 +147,21 @@ mod tests {
     #[test]
     fn the_last_at_sign_ends_the_userinfo() {
         let uri = parse("clickhouse://user:p@ss@host/db").unwrap();
-        assert_eq!((uri.user, uri.password), ("user", Some("p@ss")));
+        // `url` encodes the earlier '@' in the password; `config` decodes it.
+        assert_eq!(
+            (uri.user.as_str(), uri.password.as_deref()),
+            ("user", Some("p%40ss"))
+        );
         assert_eq!(uri.host.as_deref(), Some("host"));
+    }
+
+    #[test]
+    fn the_special_schemes_keep_their_ports_and_names() {
+        // WHATWG would drop the default port 80 and read "0" as the address 0.0.0.0.
+        let uri = parse("http://0:80/db").unwrap();
+        assert_eq!((uri.host.as_deref(), uri.port), (Some("0"), Some(80)));
+        assert_eq!(parse("https://h:443").unwrap().port, Some(443));
+        assert_eq!(parse("HTTPS://h").unwrap().scheme, "https");
     }
 
     #[test]
@@ -189,6 +175,8 @@ mod tests {
             "clickhouse://host/db#frag",
             "clickhouse://ho st/db",
             "clickhouse://h{o}st/db",
+            "clickhouse://hüst/db",
+            "clickhouse://h%41st/db",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
