@@ -4,8 +4,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use crate::error::Error;
-use crate::lock::{self, LockHandle};
-use crate::store::{Host, Level, State, Store};
+use crate::exec::{Host, Level};
+use crate::lock::LockHandle;
+use crate::store::{State, Store};
 use crate::wasi_http::WasiHttp;
 
 wit_bindgen::generate!({
@@ -126,8 +127,7 @@ impl GuestStore for StoreResource {
     }
 
     fn acquire_lock(&self, state_id: String) -> Result<api::Lock, wit::Error> {
-        crate::store::validate_state_id(&state_id).map_err(to_wit)?;
-        let handle = lock::acquire(&self.inner, &state_id).map_err(to_wit)?;
+        let handle = self.inner.acquire_lock(&state_id).map_err(to_wit)?;
         Ok(api::Lock::new(LockResource {
             store: Rc::clone(&self.inner),
             handle: RefCell::new(handle),
@@ -205,14 +205,18 @@ impl GuestLock for LockResource {
         if self.released.get() {
             return Err(wit::Error::LockLost("the lock was released".into()));
         }
-        lock::renew(&self.store, &mut self.handle.borrow_mut()).map_err(to_wit)
+        self.store
+            .renew_lock(&mut self.handle.borrow_mut())
+            .map_err(to_wit)
     }
 
     fn release(&self) -> Result<(), wit::Error> {
         if self.released.replace(true) {
             return Ok(());
         }
-        lock::release(&self.store, &self.handle.borrow()).map_err(to_wit)
+        self.store
+            .release_lock(&self.handle.borrow())
+            .map_err(to_wit)
     }
 }
 
@@ -220,7 +224,7 @@ impl Drop for LockResource {
     fn drop(&mut self) {
         if !self.released.get() {
             // Best effort: a lock nobody releases still expires with its lease.
-            if let Err(e) = lock::release(&self.store, &self.handle.borrow()) {
+            if let Err(e) = self.store.release_lock(&self.handle.borrow()) {
                 WasiHost.log(
                     Level::Warn,
                     &format!("releasing a dropped lock failed: {e}"),

@@ -6,10 +6,12 @@
 pub mod config;
 pub mod deployment;
 pub mod error;
+pub mod exec;
 pub mod glob;
 pub mod http;
 pub mod lock;
 pub mod merge;
+pub mod rows;
 pub mod settings;
 pub mod sql;
 pub mod store;

@@ -1,35 +1,19 @@
 //! The operations of the contract, as plain Rust over a [`Transport`] and a [`Host`].
 
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::config::{Config, LockMode};
-use crate::deployment::{self, Consistency, Kind, Observed};
+use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
+use crate::exec::{Exec, Host};
 use crate::glob;
-use crate::http::{Client, Transport};
-use crate::lock::{self, LockHandle, Prefetch};
+use crate::http::Transport;
+use crate::lock::{self, LockHandle, Locks, Prefetch};
 use crate::merge::merge;
-use crate::sql::{Query, Statements};
-
-/// What the guest asks of its host besides HTTP: time, randomness and a log.
-pub trait Host {
-    fn now_ms(&self) -> u64;
-    fn sleep_ms(&self, ms: u64);
-    fn random_u128(&self) -> u128;
-    fn log(&self, level: Level, message: &str);
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
+use crate::rows;
+use crate::sql::Query;
 
 /// A state as the contract carries it: JSON object texts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,23 +30,11 @@ pub const MAX_STATE_ID_BYTES: usize = 4096;
 /// instance's memory limit.
 pub const MAX_STATE_BYTES: usize = 8 << 20;
 
-/// One configured store.
+/// One configured store: the operations of the contract, over the query executor, with the
+/// lock's memory of this instance.
 pub struct Store<T, H> {
-    pub(crate) config: Config,
-    pub(crate) sql: Statements,
-    client: Client<T>,
-    pub(crate) host: H,
-    /// The generations this instance released last, per state id: the next acquire of the same
-    /// id tries to claim the following generation without reading first.
-    pub(crate) released: RefCell<HashMap<String, crate::lock::fenced::Newest>>,
-    /// Claims this instance made whose read-back failed, per state id: the claim may have won,
-    /// so the next try looks in the log whether it did (see `lock::fenced`).
-    pub(crate) in_doubt: RefCell<HashMap<String, LockHandle>>,
-    /// The deployment check passed (see `deployment`); it runs once per instance.
-    checked: Cell<bool>,
-    /// The settings queries carry on this deployment: assumed from the configuration until the
-    /// check has seen the tables.
-    consistency: Cell<Consistency>,
+    pub(crate) exec: Exec<T, H>,
+    pub(crate) locks: Locks,
 }
 
 #[derive(Deserialize)]
@@ -98,116 +70,34 @@ struct InsertRow<'a> {
 
 impl<T: Transport, H: Host> Store<T, H> {
     pub fn open(uri: &str, settings: &[(String, String)], transport: T, host: H) -> Result<Self> {
-        let config = Config::parse(uri, settings)?;
         Ok(Store {
-            sql: Statements::new(&config),
-            client: Client::new(&config, transport),
-            host,
-            released: RefCell::new(HashMap::new()),
-            in_doubt: RefCell::new(HashMap::new()),
-            checked: Cell::new(false),
-            consistency: Cell::new(Consistency::assumed(&config)),
-            config,
+            exec: Exec::open(uri, settings, transport, host)?,
+            locks: Locks::default(),
         })
     }
 
-    /// Runs a query, retrying transient failures (network, server load, a restart) with
-    /// back-off on the host's clock. Every statement this backend sends is safe to send again:
-    /// reads trivially, and each write carries its own deduplication token and version, so a
-    /// retry of a write that did land stores the same row again or nothing (see `sql`).
-    /// When a table or database is missing, creates the schema (idempotent) and tries once more:
-    /// Meltano never calls `migrate` for a new backend, and a table the Python backend created
-    /// may lack its lock tables.
-    pub(crate) fn run(&self, query: &Query) -> Result<Vec<u8>> {
-        if !self.checked.get() {
-            self.check_deployment()?;
-        }
-        self.run_checked(query)
-    }
-
-    fn run_checked(&self, query: &Query) -> Result<Vec<u8>> {
-        let mut migrated = false;
-        let mut attempt = 0u32;
-        loop {
-            let settings = self.consistency.get().settings(query.role);
-            match self.client.execute_with(query, &settings) {
-                Err(e) if e.is_missing_schema() && !migrated => {
-                    self.host.log(
-                        Level::Info,
-                        &format!(
-                            "creating the schema {}.{} (missing: {e})",
-                            self.config.schema, self.config.table
-                        ),
-                    );
-                    self.migrate()?;
-                    migrated = true;
-                }
-                Err(e) if e.is_transient() && attempt < self.config.retries => {
-                    attempt += 1;
-                    let pause = self
-                        .config
-                        .retry_backoff_ms
-                        .saturating_mul(1 << (attempt - 1).min(10))
-                        .min(5_000);
-                    self.host.log(
-                        Level::Info,
-                        &format!(
-                            "retry {attempt}/{} in {pause} ms after: {e}",
-                            self.config.retries
-                        ),
-                    );
-                    self.host.sleep_ms(pause);
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Creates what is missing of the schema (every statement is `IF NOT EXISTS`), then checks
-    /// that the tables suit the deployment: tables an operator created work as they are.
+    /// Creates what is missing of the schema, then checks the deployment (see [`Exec::migrate`]).
     pub fn migrate(&self) -> Result<()> {
-        for statement in self.sql.migration() {
-            self.client.execute(&statement)?;
-        }
-        // A user without the grants to see the tables in `system.tables` is not refused here.
-        self.check_deployment().map(drop)
+        self.exec.migrate()
     }
 
-    /// Looks at what the tables and the server are, once per instance; refuses a deployment
-    /// that would split the state (see `deployment`). A user who may not read the system
-    /// tables gets a warning, not a refusal.
-    fn check_deployment(&self) -> Result<Kind> {
-        let body = match self.run_checked(&self.sql.deployment()) {
-            Ok(body) => body,
-            // ACCESS_DENIED on the system tables (or a wrong password, which the next query
-            // reports again).
-            Err(Error::Unauthorized(e)) => {
-                self.host.log(
-                    Level::Warn,
-                    &format!("cannot check the deployment (the tables' engines): {e}"),
-                );
-                self.checked.set(true);
-                return Ok(Kind::Missing);
-            }
-            Err(e) => return Err(e),
-        };
-        let observed: Observed = match json_lines(&body).next() {
-            Some(line) => parse_row(line)?,
-            None => Observed::default(),
-        };
-        let kind = deployment::check(&self.config, &observed)?;
-        self.consistency
-            .set(Consistency::observed(&self.config, kind, &observed));
-        self.host.log(
-            Level::Debug,
-            &format!(
-                "deployment of {}.{}: {kind:?}",
-                self.config.schema, self.config.table
-            ),
-        );
-        // Missing tables are created on first use, and `migrate` checks them then.
-        self.checked.set(true);
-        Ok(kind)
+    /// The instance's host (time, randomness, the log).
+    pub fn host(&self) -> &H {
+        &self.exec.host
+    }
+
+    /// Takes the lock of `state_id` (see `lock`).
+    pub fn acquire_lock(&self, state_id: &str) -> Result<LockHandle> {
+        validate_state_id(state_id)?;
+        lock::acquire(&self.exec, &self.locks, state_id)
+    }
+
+    pub fn renew_lock(&self, lock: &mut LockHandle) -> Result<()> {
+        lock::renew(&self.exec, lock)
+    }
+
+    pub fn release_lock(&self, lock: &LockHandle) -> Result<()> {
+        lock::release(&self.exec, &self.locks, lock)
     }
 
     pub fn get(&self, state_id: &str) -> Result<Option<State>> {
@@ -216,11 +106,10 @@ impl<T: Transport, H: Host> Store<T, H> {
     }
 
     fn get_versioned(&self, state_id: &str) -> Result<Option<(State, u64)>> {
-        let body = self.run(&self.sql.get(state_id))?;
-        let Some(line) = json_lines(&body).next() else {
+        let body = self.exec.run(&self.exec.sql.get(state_id))?;
+        let Some(row) = rows::first::<StoredRow>(&body)? else {
             return Ok(None);
         };
-        let row: StoredRow = parse_row(line)?;
         let state = State {
             state_id: state_id.to_string(),
             partial: or_empty(row.partial_state),
@@ -231,7 +120,7 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn set(&self, state: &State) -> Result<()> {
         validate_state(state)?;
-        let stored = self.read_version(&self.sql.version_of(&state.state_id))?;
+        let stored = self.read_version(&self.exec.sql.version_of(&state.state_id))?;
         self.write(std::slice::from_ref(state), self.next_version(stored))
     }
 
@@ -240,9 +129,10 @@ impl<T: Transport, H: Host> Store<T, H> {
         validate_size(state)?;
         let partial = parse_object(&state.partial, "partial state")?;
         let completed = parse_object(&state.completed, "completed state")?;
-        let (mut held, prefetch) = lock::acquire_reading(self, &state.state_id, true)?;
+        let (mut held, prefetch) =
+            lock::acquire_reading(&self.exec, &self.locks, &state.state_id, true)?;
         let result = self.update_locked(state, partial, completed, &mut held, prefetch);
-        let released = lock::release(self, &held);
+        let released = lock::release(&self.exec, &self.locks, &held);
         result.and(released)
     }
 
@@ -290,9 +180,9 @@ impl<T: Transport, H: Host> Store<T, H> {
                 completed: "{}".into(),
             },
         };
-        let version = lock::write_version(self, lock, stored_version)?;
+        let version = lock::write_version(&self.exec, lock, stored_version)?;
         self.write(std::slice::from_ref(&to_write), version)?;
-        lock::confirm_write(self, lock)
+        lock::confirm_write(&self.exec, lock)
     }
 
     /// Overwrites a state under a lock the caller holds: the write is fenced by the lock, so it
@@ -305,28 +195,30 @@ impl<T: Transport, H: Host> Store<T, H> {
                 lock.state_id, state.state_id
             )));
         }
-        let stored = self.read_version(&self.sql.version_of(&state.state_id))?;
-        let version = lock::write_version(self, lock, stored)?;
+        let stored = self.read_version(&self.exec.sql.version_of(&state.state_id))?;
+        let version = lock::write_version(&self.exec, lock, stored)?;
         self.write(std::slice::from_ref(state), version)?;
-        lock::confirm_write(self, lock)
+        lock::confirm_write(&self.exec, lock)
     }
 
     /// Deletes the state as it is now: the versions up to the newest one read here. A retry of
     /// the delete (its answer lost) cannot remove a state written after it.
     pub fn delete(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
-        let stored = self.read_version(&self.sql.version_of(state_id))?;
+        let stored = self.read_version(&self.exec.sql.version_of(state_id))?;
         if stored == 0 {
             return Ok(()); // nothing stored
         }
-        self.run(&self.sql.delete_up_to(state_id, stored)).map(drop)
+        self.exec
+            .run(&self.exec.sql.delete_up_to(state_id, stored))
+            .map(drop)
     }
 
     pub fn clear(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
-        let mut held = lock::acquire(self, state_id)?;
+        let mut held = lock::acquire(&self.exec, &self.locks, state_id)?;
         let result = self.clear_locked(&mut held);
-        let released = lock::release(self, &held);
+        let released = lock::release(&self.exec, &self.locks, &held);
         result.and(released)
     }
 
@@ -337,36 +229,36 @@ impl<T: Transport, H: Host> Store<T, H> {
             LockMode::Fenced => {
                 // The cap is a fenced version above everything stored now: refused once the
                 // lease has run out or a later holder has written.
-                let stored = self.read_version(&self.sql.version_of(&lock.state_id))?;
-                let cap = lock::write_version(self, lock, stored)?;
-                self.sql.delete_up_to(&lock.state_id, cap)
+                let stored = self.read_version(&self.exec.sql.version_of(&lock.state_id))?;
+                let cap = lock::write_version(&self.exec, lock, stored)?;
+                self.exec.sql.delete_up_to(&lock.state_id, cap)
             }
-            LockMode::Settle => self.sql.delete(&lock.state_id),
+            LockMode::Settle => self.exec.sql.delete(&lock.state_id),
         };
-        self.run(&query)?;
-        lock::confirm_write(self, lock)
+        self.exec.run(&query)?;
+        lock::confirm_write(&self.exec, lock)
     }
 
     pub fn state_ids(&self, pattern: Option<&str>) -> Result<Vec<String>> {
         let filter = glob::filter(pattern)?;
-        let body = self.run(&self.sql.state_ids(&filter))?;
-        json_lines(&body)
-            .map(|line| parse_row::<ListedRow>(line).map(|row| row.state_id))
-            .collect()
+        let body = self.exec.run(&self.exec.sql.state_ids(&filter))?;
+        Ok(rows::all::<ListedRow>(&body)?
+            .into_iter()
+            .map(|row| row.state_id)
+            .collect())
     }
 
     pub fn get_all(&self, pattern: Option<&str>) -> Result<Vec<State>> {
         let filter = glob::filter(pattern)?;
-        let body = self.run(&self.sql.get_all(&filter))?;
-        json_lines(&body)
-            .map(|line| {
-                parse_row::<ListedRow>(line).map(|row| State {
-                    state_id: row.state_id,
-                    partial: or_empty(row.partial_state),
-                    completed: or_empty(row.completed_state),
-                })
+        let body = self.exec.run(&self.exec.sql.get_all(&filter))?;
+        Ok(rows::all::<ListedRow>(&body)?
+            .into_iter()
+            .map(|row| State {
+                state_id: row.state_id,
+                partial: or_empty(row.partial_state),
+                completed: or_empty(row.completed_state),
             })
-            .collect()
+            .collect())
     }
 
     /// One insert for all states; a state id given twice is written once, the last one wins.
@@ -388,13 +280,12 @@ impl<T: Transport, H: Host> Store<T, H> {
             return Ok(0);
         }
         // Each id's own newest version, so each write lands above it (one read, one insert).
-        let body = self.run(&self.sql.versions())?;
+        let body = self.exec.run(&self.exec.sql.versions())?;
         let mut stored: HashMap<String, u64> = HashMap::new();
-        for line in json_lines(&body) {
-            let row: VersionRow = parse_row(line)?;
+        for row in rows::all::<VersionRow>(&body)? {
             stored.insert(row.state_id, row.version);
         }
-        let now = self.host.now_ms();
+        let now = self.exec.host.now_ms();
         let rows: Vec<(&State, u64)> = unique
             .into_iter()
             .map(|s| {
@@ -410,29 +301,29 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn lock_info(&self, state_id: &str) -> Result<Option<LockInfo>> {
         validate_state_id(state_id)?;
-        lock::info(self, state_id)
+        lock::info(&self.exec, state_id)
     }
 
     pub fn force_unlock(&self, state_id: &str) -> Result<bool> {
         validate_state_id(state_id)?;
-        lock::force_unlock(self, state_id)
+        lock::force_unlock(&self.exec, state_id)
     }
 
     pub fn clear_all(&self) -> Result<u64> {
-        let body = self.run(&self.sql.count())?;
-        let count = parse_number(&body)?;
-        self.run(&self.sql.truncate())?;
+        let body = self.exec.run(&self.exec.sql.count())?;
+        let count = rows::number(&body)?;
+        self.exec.run(&self.exec.sql.truncate())?;
         Ok(count)
     }
 
     /// A version for a new write: the host's clock, but never at or below what is stored, so a
     /// client whose clock is behind still overwrites.
     fn next_version(&self, stored_ms: u64) -> u64 {
-        self.host.now_ms().max(stored_ms.saturating_add(1))
+        self.exec.host.now_ms().max(stored_ms.saturating_add(1))
     }
 
     fn read_version(&self, query: &Query) -> Result<u64> {
-        parse_number(&self.run(query)?)
+        rows::number(&self.exec.run(query)?)
     }
 
     fn write(&self, states: &[State], version_ms: u64) -> Result<()> {
@@ -462,14 +353,10 @@ impl<T: Transport, H: Host> Store<T, H> {
                 .map_err(|e| Error::InvalidInput(format!("cannot encode state: {e}")))?;
             data.push(b'\n');
         }
-        let token = self.new_token();
-        self.run(&self.sql.insert_states(data, &token)).map(drop)
-    }
-
-    pub(crate) fn new_token(&self) -> String {
-        uuid::Builder::from_random_bytes(self.host.random_u128().to_le_bytes())
-            .into_uuid()
-            .to_string()
+        let token = self.exec.new_token();
+        self.exec
+            .run(&self.exec.sql.insert_states(data, &token))
+            .map(drop)
     }
 }
 
@@ -535,32 +422,6 @@ fn or_empty(part: Option<String>) -> String {
         Some(text) if !text.trim().is_empty() && text.trim() != "null" => text,
         _ => "{}".into(),
     }
-}
-
-fn json_lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
-    body.split(|b| *b == b'\n')
-        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
-}
-
-fn parse_row<'a, R: Deserialize<'a>>(line: &'a [u8]) -> Result<R> {
-    serde_json::from_slice(line).map_err(|e| {
-        Error::Server(crate::error::ServerError {
-            code: 0,
-            name: "UNEXPECTED_RESPONSE".into(),
-            message: format!("cannot read a row ClickHouse sent: {e}"),
-        })
-    })
-}
-
-fn parse_number(body: &[u8]) -> Result<u64> {
-    let text = String::from_utf8_lossy(body);
-    text.trim().parse().map_err(|_| {
-        Error::Server(crate::error::ServerError {
-            code: 0,
-            name: "UNEXPECTED_RESPONSE".into(),
-            message: format!("expected a number from ClickHouse, got {:?}", text.trim()),
-        })
-    })
 }
 
 #[cfg(test)]

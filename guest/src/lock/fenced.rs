@@ -24,11 +24,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Attempt, LockHandle, Prefetch, StoredRow};
+use super::{Attempt, LockHandle, Locks, Prefetch, StoredRow};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
+use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
-use crate::store::{Host, Level, Store};
+use crate::rows;
 
 /// Old generations are pruned once in this many grants.
 const PRUNE_EVERY: u64 = 1024;
@@ -177,62 +178,61 @@ struct LogRow<'a> {
     floor_ms: u64,
 }
 
-fn newest<T: Transport, H: Host>(store: &Store<T, H>, state_id: &str) -> Result<Newest> {
-    let body = store.run(&store.sql.log_state(state_id))?;
-    match body.split(|b| *b == b'\n').find(|l| !l.is_empty()) {
-        Some(line) => parse(line),
-        None => Ok(Newest::default()),
-    }
+fn newest<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Newest> {
+    let body = exec.run(&exec.sql.log_state(state_id))?;
+    Ok(rows::first(&body)?.unwrap_or_default())
 }
 
-fn append<T: Transport, H: Host>(store: &Store<T, H>, row: &LogRow<'_>, token: &str) -> Result<()> {
+fn append<T: Transport, H: Host>(exec: &Exec<T, H>, row: &LogRow<'_>, token: &str) -> Result<()> {
     let mut data = serde_json::to_vec(row)
         .map_err(|e| Error::InvalidInput(format!("cannot encode a lock row: {e}")))?;
     data.push(b'\n');
-    store.run(&store.sql.log_insert(data, token)).map(drop)
+    exec.run(&exec.sql.log_insert(data, token)).map(drop)
 }
 
 pub(crate) fn attempt<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
+    locks: &Locks,
     state_id: &str,
     with_state: bool,
 ) -> Result<Attempt> {
     // A claim of ours whose read-back failed may have won: the log says whether it did.
-    let doubt = store.in_doubt.borrow_mut().remove(state_id);
+    let doubt = locks.in_doubt.borrow_mut().remove(state_id);
     if let Some(doubt) = doubt {
-        return resolve_doubt(store, state_id, doubt, with_state);
+        return resolve_doubt(exec, locks, state_id, doubt, with_state);
     }
     // Fast path: this instance released the newest generation itself (Meltano's pattern: one
     // process, one state id, an update per STATE message), so claim the next one without
     // reading first. If anyone else got there, the claim loses and the full path runs.
-    let last = store.released.borrow_mut().remove(state_id);
+    let last = locks.released.borrow_mut().remove(state_id);
     if let Some(last) = last
-        && let granted @ Attempt::Granted(..) = claim(store, state_id, &last, with_state)?
+        && let granted @ Attempt::Granted(..) = claim(exec, locks, state_id, &last, with_state)?
     {
         return Ok(granted);
     }
-    let now = store.host.now_ms();
-    let current = newest(store, state_id)?;
+    let now = exec.host.now_ms();
+    let current = newest(exec, state_id)?;
     if !current.is_free(now) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
-    claim(store, state_id, &current, with_state)
+    claim(exec, locks, state_id, &current, with_state)
 }
 
 /// Claims the generation after `current` (which must be free) and reads back who got it.
 fn claim<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
+    locks: &Locks,
     state_id: &str,
     current: &Newest,
     with_state: bool,
 ) -> Result<Attempt> {
-    let now = store.host.now_ms();
+    let now = exec.host.now_ms();
     let generation = current.generation + 1;
-    let owner = store.new_token();
-    let lease_until = now.saturating_add(store.config.lock_lease_ms);
+    let owner = exec.new_token();
+    let lease_until = now.saturating_add(exec.config.lock_lease_ms);
     let floor = current.next_floor();
     append(
-        store,
+        exec,
         &LogRow {
             state_id,
             generation,
@@ -254,13 +254,13 @@ fn claim<T: Transport, H: Host>(
         last_written_ms: 0,
         mode: LockMode::Fenced,
     };
-    let body = match store.run(&store.sql.log_claims(state_id, generation, with_state)) {
+    let body = match exec.run(&exec.sql.log_claims(state_id, generation, with_state)) {
         Ok(body) => body,
         // The claim is in the log or not, and nobody knows which: if it won, the id would stay
         // locked for a whole lease by a holder that does not know it holds it. Keep it, so that
         // the next try (after the usual pause) reads the log and takes the grant if it is ours.
         Err(e) if e.is_transient() => {
-            store.host.log(
+            exec.host.log(
                 Level::Warn,
                 &format!(
                     "the read-back of a claim on {state_id:?} (token {generation}) failed: {e}"
@@ -273,7 +273,7 @@ fn claim<T: Transport, H: Host>(
                 acquired_at_ms: now,
                 expires_at_ms: lease_until,
             };
-            store
+            locks
                 .in_doubt
                 .borrow_mut()
                 .insert(state_id.to_string(), handle);
@@ -281,11 +281,7 @@ fn claim<T: Transport, H: Host>(
         }
         Err(e) => return Err(e),
     };
-    let mut claims: Vec<Claim> = body
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(parse)
-        .collect::<Result<_>>()?;
+    let mut claims: Vec<Claim> = rows::all(&body)?;
     // The generation this claim replaces was free because its lease had ended. If its holder's
     // renewal landed since (it stalled, or its clock is behind), that holder may have checked
     // the log before this claim landed and gone on: the claim loses, and stays in the log until
@@ -294,7 +290,7 @@ fn claim<T: Transport, H: Host>(
     let outcome = decide_claim(current, &claims, &owner, generation);
     let renewed_since = outcome == ClaimOutcome::GivesWay;
     if renewed_since {
-        store.host.log(
+        exec.host.log(
             Level::Info,
             &format!(
                 "the claim on {state_id:?} (token {generation}) gives way to a renewal of token {}",
@@ -306,9 +302,8 @@ fn claim<T: Transport, H: Host>(
     if mine {
         if generation.is_multiple_of(PRUNE_EVERY) {
             // Asynchronous and best effort: old generations decide nothing.
-            if let Err(e) = store.run(&store.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
-                store
-                    .host
+            if let Err(e) = exec.run(&exec.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
+                exec.host
                     .log(Level::Warn, &format!("pruning the lock log failed: {e}"));
             }
         }
@@ -348,24 +343,25 @@ fn claim<T: Transport, H: Host>(
 /// Decides a claim in doubt from the log: ours if the newest generation is the claimed one, held
 /// by us, neither released nor forced, and its lease still runs. Otherwise the usual path.
 fn resolve_doubt<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
+    locks: &Locks,
     state_id: &str,
     doubt: LockHandle,
     with_state: bool,
 ) -> Result<Attempt> {
-    let current = match newest(store, state_id) {
+    let current = match newest(exec, state_id) {
         Ok(current) => current,
         Err(e) => {
-            store
+            locks
                 .in_doubt
                 .borrow_mut()
                 .insert(state_id.to_string(), doubt);
             return Err(e);
         }
     };
-    let now = store.host.now_ms();
+    let now = exec.host.now_ms();
     if current.is_claim_of(&doubt) && now <= doubt.lease_until_ms {
-        store.host.log(
+        exec.host.log(
             Level::Info,
             &format!(
                 "the claim in doubt on {state_id:?} (token {}) had won",
@@ -377,18 +373,22 @@ fn resolve_doubt<T: Transport, H: Host>(
     if !current.is_free(now) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
-    claim(store, state_id, &current, with_state)
+    claim(exec, locks, state_id, &current, with_state)
 }
 
 /// When a lock is given up with a claim still in doubt: if the claim won, release it, so that
 /// the id is not blocked for a lease by a holder that never knew. Best effort.
-pub(crate) fn withdraw_doubt<T: Transport, H: Host>(store: &Store<T, H>, state_id: &str) {
-    let Some(doubt) = store.in_doubt.borrow_mut().remove(state_id) else {
+pub(crate) fn withdraw_doubt<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    locks: &Locks,
+    state_id: &str,
+) {
+    let Some(doubt) = locks.in_doubt.borrow_mut().remove(state_id) else {
         return;
     };
-    let outcome = newest(store, state_id).and_then(|current| {
+    let outcome = newest(exec, state_id).and_then(|current| {
         if current.is_claim_of(&doubt) {
-            release(store, &doubt).map(|()| true)
+            release(exec, locks, &doubt).map(|()| true)
         } else {
             Ok(false)
         }
@@ -404,13 +404,17 @@ pub(crate) fn withdraw_doubt<T: Transport, H: Host>(store: &Store<T, H>, state_i
             doubt.token
         ),
     };
-    store.host.log(Level::Warn, &message);
+    exec.host.log(Level::Warn, &message);
 }
 
-pub(crate) fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHandle) -> Result<()> {
-    let now = store.host.now_ms();
+pub(crate) fn release<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    locks: &Locks,
+    lock: &LockHandle,
+) -> Result<()> {
+    let now = exec.host.now_ms();
     append(
-        store,
+        exec,
         &LogRow {
             state_id: &lock.state_id,
             generation: lock.token,
@@ -423,7 +427,7 @@ pub(crate) fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHan
         },
         &format!("release/{}/{}/{}", lock.token, lock.owner, lock.state_id),
     )?;
-    store.released.borrow_mut().insert(
+    locks.released.borrow_mut().insert(
         lock.state_id.clone(),
         Newest {
             generation: lock.token,
@@ -439,19 +443,16 @@ pub(crate) fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHan
     Ok(())
 }
 
-pub(crate) fn renew<T: Transport, H: Host>(
-    store: &Store<T, H>,
-    lock: &mut LockHandle,
-) -> Result<()> {
-    let now = store.host.now_ms();
+pub(crate) fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHandle) -> Result<()> {
+    let now = exec.host.now_ms();
     // Renewing at the last moment could race a contender that already saw the lease end.
-    if near_lease_end(now, lock.lease_until_ms, store.config.lock_lease_ms) {
+    if near_lease_end(now, lock.lease_until_ms, exec.config.lock_lease_ms) {
         return Err(lost(lock, "its lease ended before it was renewed"));
     }
-    confirm_held(store, lock)?;
-    let until = now.saturating_add(store.config.lock_lease_ms);
+    confirm_held(exec, lock)?;
+    let until = now.saturating_add(exec.config.lock_lease_ms);
     append(
-        store,
+        exec,
         &LogRow {
             state_id: &lock.state_id,
             generation: lock.token,
@@ -470,32 +471,32 @@ pub(crate) fn renew<T: Transport, H: Host>(
     // (this holder stalled, or its clock is behind). Adopting the new lease then would let
     // this holder's writes inside it skip the log check and overwrite the newer holder's
     // state; so the lease moves only if the grant is still the newest after the row landed.
-    confirm_held(store, lock)?;
+    confirm_held(exec, lock)?;
     lock.lease_until_ms = until;
     Ok(())
 }
 
 pub(crate) fn info<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
     state_id: &str,
 ) -> Result<Option<LockInfo>> {
-    let current = newest(store, state_id)?;
-    let now = store.host.now_ms();
+    let current = newest(exec, state_id)?;
+    let now = exec.host.now_ms();
     Ok((!current.is_free(now)).then(|| current.info(state_id)))
 }
 
 pub(crate) fn force_unlock<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
     state_id: &str,
 ) -> Result<bool> {
-    let current = newest(store, state_id)?;
-    let now = store.host.now_ms();
+    let current = newest(exec, state_id)?;
+    let now = exec.host.now_ms();
     if current.is_free(now) {
         return Ok(false);
     }
-    let operator = store.new_token();
+    let operator = exec.new_token();
     append(
-        store,
+        exec,
         &LogRow {
             state_id,
             generation: current.generation,
@@ -507,7 +508,7 @@ pub(crate) fn force_unlock<T: Transport, H: Host>(
         },
         &format!("force/{}/{operator}/{state_id}", current.generation),
     )?;
-    store.host.log(
+    exec.host.log(
         Level::Warn,
         &format!(
             "lock on {state_id:?} held by {} (token {}) forced open",
@@ -519,10 +520,10 @@ pub(crate) fn force_unlock<T: Transport, H: Host>(
 
 /// Checks in the log that `lock` is still the newest grant, neither released nor forced open.
 pub(crate) fn confirm_held<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
     lock: &LockHandle,
 ) -> Result<()> {
-    let current = newest(store, &lock.state_id)?;
+    let current = newest(exec, &lock.state_id)?;
     if current.generation != lock.token || current.forced != 0 || current.released != 0 {
         return Err(lost(lock, "a later holder has it, or it was forced open"));
     }
@@ -534,16 +535,6 @@ fn lost(lock: &LockHandle, why: &str) -> Error {
         "the lock on {:?} (token {}) is no longer held: {why}",
         lock.state_id, lock.token
     ))
-}
-
-fn parse<'a, R: Deserialize<'a>>(line: &'a [u8]) -> Result<R> {
-    serde_json::from_slice(line).map_err(|e| {
-        Error::Server(crate::error::ServerError {
-            code: 0,
-            name: "UNEXPECTED_RESPONSE".into(),
-            message: format!("cannot read a lock log row: {e}"),
-        })
-    })
 }
 
 #[cfg(test)]

@@ -12,10 +12,13 @@
 pub mod fenced;
 pub mod settle;
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
+use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
-use crate::store::{Host, Level, Store};
 
 /// A granted lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +38,17 @@ pub struct LockHandle {
     pub mode: LockMode,
 }
 
+/// What the lock remembers of this instance between calls.
+#[derive(Default)]
+pub struct Locks {
+    /// The generations this instance released last, per state id: the next acquire of the same
+    /// id tries to claim the following generation without reading first.
+    pub(crate) released: RefCell<HashMap<String, fenced::Newest>>,
+    /// Claims this instance made whose read-back failed, per state id: the claim may have won,
+    /// so the next try looks in the log whether it did (see `fenced`).
+    pub(crate) in_doubt: RefCell<HashMap<String, LockHandle>>,
+}
+
 /// A state read together with the grant: partial, completed (NULL as none) and version.
 pub type StoredRow = (Option<String>, Option<String>, u64);
 
@@ -52,27 +66,32 @@ pub(crate) enum Attempt {
     Held(LockInfo),
 }
 
-pub fn acquire<T: Transport, H: Host>(store: &Store<T, H>, state_id: &str) -> Result<LockHandle> {
-    acquire_reading(store, state_id, false).map(|(handle, _)| handle)
+pub fn acquire<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    locks: &Locks,
+    state_id: &str,
+) -> Result<LockHandle> {
+    acquire_reading(exec, locks, state_id, false).map(|(handle, _)| handle)
 }
 
 /// Acquires, and where the protocol can, reads the stored state in the same round trip that
 /// confirms the grant (the hot path of `update`).
 pub fn acquire_reading<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
+    locks: &Locks,
     state_id: &str,
     with_state: bool,
 ) -> Result<(LockHandle, Prefetch)> {
-    let config = &store.config;
-    let deadline = store.host.now_ms().saturating_add(config.lock_timeout_ms);
+    let config = &exec.config;
+    let deadline = exec.host.now_ms().saturating_add(config.lock_timeout_ms);
     loop {
         let attempt = match config.lock_mode {
-            LockMode::Fenced => fenced::attempt(store, state_id, with_state)?,
-            LockMode::Settle => settle::attempt(store, state_id)?,
+            LockMode::Fenced => fenced::attempt(exec, locks, state_id, with_state)?,
+            LockMode::Settle => settle::attempt(exec, state_id)?,
         };
         let holder = match attempt {
             Attempt::Granted(handle, prefetch) => {
-                store.host.log(
+                exec.host.log(
                     Level::Debug,
                     &format!(
                         "lock on {state_id:?} granted to {} (token {})",
@@ -83,51 +102,52 @@ pub fn acquire_reading<T: Transport, H: Host>(
             }
             Attempt::Held(info) => info,
         };
-        let now = store.host.now_ms();
+        let now = exec.host.now_ms();
         if now >= deadline {
             if config.lock_mode == LockMode::Fenced {
-                fenced::withdraw_doubt(store, state_id);
+                fenced::withdraw_doubt(exec, locks, state_id);
             }
             return Err(Error::Locked(holder));
         }
         // Jitter (80-120 %) keeps contenders from retrying in lockstep.
-        let jitter = 80 + (store.host.random_u128() % 41) as u64;
+        let jitter = 80 + (exec.host.random_u128() % 41) as u64;
         let pause = (config.lock_retry_ms * jitter / 100).clamp(1, deadline - now);
-        store.host.sleep_ms(pause);
+        exec.host.sleep_ms(pause);
     }
 }
 
-pub fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHandle) -> Result<()> {
+pub fn release<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    locks: &Locks,
+    lock: &LockHandle,
+) -> Result<()> {
     match lock.mode {
-        LockMode::Fenced => fenced::release(store, lock),
-        LockMode::Settle => settle::release(store, lock),
+        LockMode::Fenced => fenced::release(exec, locks, lock),
+        LockMode::Settle => settle::release(exec, lock),
     }
 }
 
 /// Extends the lease from now. Fails with `lock-lost` when the lock is no longer this grant's.
-pub fn renew<T: Transport, H: Host>(store: &Store<T, H>, lock: &mut LockHandle) -> Result<()> {
+pub fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHandle) -> Result<()> {
     match lock.mode {
-        LockMode::Fenced => fenced::renew(store, lock),
-        LockMode::Settle => settle::renew(store, lock),
+        LockMode::Fenced => fenced::renew(exec, lock),
+        LockMode::Settle => settle::renew(exec, lock),
     }
 }
 
 /// Who holds the lock of an id now, if anyone.
-pub fn info<T: Transport, H: Host>(
-    store: &Store<T, H>,
-    state_id: &str,
-) -> Result<Option<LockInfo>> {
-    match store.config.lock_mode {
-        LockMode::Fenced => fenced::info(store, state_id),
-        LockMode::Settle => settle::info(store, state_id),
+pub fn info<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Option<LockInfo>> {
+    match exec.config.lock_mode {
+        LockMode::Fenced => fenced::info(exec, state_id),
+        LockMode::Settle => settle::info(exec, state_id),
     }
 }
 
 /// Breaks the lock of an id, whoever holds it; returns whether one was held.
-pub fn force_unlock<T: Transport, H: Host>(store: &Store<T, H>, state_id: &str) -> Result<bool> {
-    match store.config.lock_mode {
-        LockMode::Fenced => fenced::force_unlock(store, state_id),
-        LockMode::Settle => settle::force_unlock(store, state_id),
+pub fn force_unlock<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<bool> {
+    match exec.config.lock_mode {
+        LockMode::Fenced => fenced::force_unlock(exec, state_id),
+        LockMode::Settle => settle::force_unlock(exec, state_id),
     }
 }
 
@@ -164,14 +184,14 @@ pub fn propose_version(lock: &LockHandle, now_ms: u64, stored_ms: u64) -> Result
 
 /// The fenced version for a state write under `lock` (see `fenced` for why this is safe).
 pub fn write_version<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
     lock: &mut LockHandle,
     stored_ms: u64,
 ) -> Result<u64> {
-    let version = match propose_version(lock, store.host.now_ms(), stored_ms)? {
+    let version = match propose_version(lock, exec.host.now_ms(), stored_ms)? {
         Proposed::Within(v) => v,
         Proposed::AboveLease(v) => {
-            fenced::confirm_held(store, lock)?;
+            fenced::confirm_held(exec, lock)?;
             v
         }
     };
@@ -184,16 +204,16 @@ pub fn write_version<T: Transport, H: Host>(
 /// was retried); its own write would then bury this one, acknowledged or not. The log says
 /// whether the write was in time: if the grant is still the newest, no contender has claimed
 /// yet, and any later one reads the state after the write.
-pub fn confirm_write<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHandle) -> Result<()> {
+pub fn confirm_write<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &LockHandle) -> Result<()> {
     let late = fenced::near_lease_end(
-        store.host.now_ms(),
+        exec.host.now_ms(),
         lock.lease_until_ms,
-        store.config.lock_lease_ms,
+        exec.config.lock_lease_ms,
     );
     if lock.mode != LockMode::Fenced || !late {
         return Ok(());
     }
-    fenced::confirm_held(store, lock).map_err(|e| match e {
+    fenced::confirm_held(exec, lock).map_err(|e| match e {
         Error::LockLost(why) => Error::LockLost(format!(
             "the write was acknowledged after the lease ended and may not count: {why}"
         )),

@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 use super::{Attempt, LockHandle, Prefetch};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
+use crate::exec::{Exec, Host};
 use crate::http::Transport;
-use crate::store::{Host, Store};
+use crate::rows;
 
 /// A live candidate, as `sql::Statements::lock_candidates` reads it.
 #[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -85,25 +86,22 @@ pub fn winner<'a>(
     established(all, lock_id, inserted_ms, settle_ms).or_else(|| all.first())
 }
 
-pub(crate) fn attempt<T: Transport, H: Host>(
-    store: &Store<T, H>,
-    state_id: &str,
-) -> Result<Attempt> {
-    let lease = store.config.lock_lease_ms;
-    let now = store.host.now_ms();
+pub(crate) fn attempt<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Attempt> {
+    let lease = exec.config.lock_lease_ms;
+    let now = exec.host.now_ms();
     let cutoff = cutoff_s(now, lease);
-    store.run(&store.sql.lock_delete_stale(state_id, cutoff))?;
-    if let Some(holder) = candidates(store, state_id, cutoff)?.into_iter().next() {
+    exec.run(&exec.sql.lock_delete_stale(state_id, cutoff))?;
+    if let Some(holder) = candidates(exec, state_id, cutoff)?.into_iter().next() {
         return Ok(Attempt::Held(holder.info(state_id, lease)));
     }
-    let lock_id = store.new_token();
-    insert(store, state_id, &lock_id, now)?;
+    let lock_id = exec.new_token();
+    insert(exec, state_id, &lock_id, now)?;
     // Our candidate exists from some moment before this one on; it may have landed long after
     // `now` (a stalled insert, a retry).
-    let inserted = store.host.now_ms();
-    store.host.sleep_ms(store.config.lock_settle_ms);
-    let all = candidates(store, state_id, cutoff)?;
-    match winner(&all, &lock_id, inserted, store.config.lock_settle_ms) {
+    let inserted = exec.host.now_ms();
+    exec.host.sleep_ms(exec.config.lock_settle_ms);
+    let all = candidates(exec, state_id, cutoff)?;
+    match winner(&all, &lock_id, inserted, exec.config.lock_settle_ms) {
         Some(w) if w.lock_id == lock_id => Ok(Attempt::Granted(
             LockHandle {
                 state_id: state_id.to_string(),
@@ -119,7 +117,7 @@ pub(crate) fn attempt<T: Transport, H: Host>(
         )),
         other => {
             // Lost the draw: withdraw and let the winner go first.
-            store.run(&store.sql.lock_delete(state_id, &lock_id))?;
+            exec.run(&exec.sql.lock_delete(state_id, &lock_id))?;
             let info = other.map(|w| w.info(state_id, lease)).unwrap_or(LockInfo {
                 state_id: state_id.to_string(),
                 owner: "unknown".into(),
@@ -133,7 +131,7 @@ pub(crate) fn attempt<T: Transport, H: Host>(
 }
 
 fn insert<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
     state_id: &str,
     lock_id: &str,
     now_ms: u64,
@@ -147,24 +145,20 @@ fn insert<T: Transport, H: Host>(
         .map_err(|e| Error::InvalidInput(format!("cannot encode lock row: {e}")))?;
     data.push(b'\n');
     let token = format!("{lock_id}/{now_ms}");
-    store.run(&store.sql.lock_insert(data, &token)).map(drop)
+    exec.run(&exec.sql.lock_insert(data, &token)).map(drop)
 }
 
-pub(crate) fn release<T: Transport, H: Host>(store: &Store<T, H>, lock: &LockHandle) -> Result<()> {
-    store
-        .run(&store.sql.lock_delete(&lock.state_id, &lock.owner))
+pub(crate) fn release<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &LockHandle) -> Result<()> {
+    exec.run(&exec.sql.lock_delete(&lock.state_id, &lock.owner))
         .map(drop)
 }
 
 /// A fresh row for our candidate id: the Python backend sees a live candidate and waits, and its
 /// staleness check starts over.
-pub(crate) fn renew<T: Transport, H: Host>(
-    store: &Store<T, H>,
-    lock: &mut LockHandle,
-) -> Result<()> {
-    let now = store.host.now_ms();
-    let lease = store.config.lock_lease_ms;
-    let still_ours = candidates(store, &lock.state_id, cutoff_s(now, lease))?
+pub(crate) fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHandle) -> Result<()> {
+    let now = exec.host.now_ms();
+    let lease = exec.config.lock_lease_ms;
+    let still_ours = candidates(exec, &lock.state_id, cutoff_s(now, lease))?
         .iter()
         .any(|c| c.lock_id == lock.owner);
     if !still_ours || now >= lock.lease_until_ms {
@@ -173,47 +167,36 @@ pub(crate) fn renew<T: Transport, H: Host>(
             lock.state_id
         )));
     }
-    insert(store, &lock.state_id, &lock.owner, now)?;
+    insert(exec, &lock.state_id, &lock.owner, now)?;
     lock.lease_until_ms = now + lease;
     Ok(())
 }
 
 pub(crate) fn info<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
     state_id: &str,
 ) -> Result<Option<LockInfo>> {
-    let lease = store.config.lock_lease_ms;
-    let now = store.host.now_ms();
-    Ok(candidates(store, state_id, cutoff_s(now, lease))?
+    let lease = exec.config.lock_lease_ms;
+    let now = exec.host.now_ms();
+    Ok(candidates(exec, state_id, cutoff_s(now, lease))?
         .first()
         .map(|c| c.info(state_id, lease)))
 }
 
 pub(crate) fn force_unlock<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
     state_id: &str,
 ) -> Result<bool> {
-    let held = info(store, state_id)?.is_some();
-    store.run(&store.sql.lock_delete_all(state_id))?;
+    let held = info(exec, state_id)?.is_some();
+    exec.run(&exec.sql.lock_delete_all(state_id))?;
     Ok(held)
 }
 
 fn candidates<T: Transport, H: Host>(
-    store: &Store<T, H>,
+    exec: &Exec<T, H>,
     state_id: &str,
     cutoff_s: u64,
 ) -> Result<Vec<Candidate>> {
-    let body = store.run(&store.sql.lock_candidates(state_id, cutoff_s))?;
-    body.split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            serde_json::from_slice(line).map_err(|e| {
-                Error::Server(crate::error::ServerError {
-                    code: 0,
-                    name: "UNEXPECTED_RESPONSE".into(),
-                    message: format!("cannot read a lock row: {e}"),
-                })
-            })
-        })
-        .collect()
+    let body = exec.run(&exec.sql.lock_candidates(state_id, cutoff_s))?;
+    rows::all(&body)
 }

@@ -12,8 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use clickhouse_state::config::Scheme;
+use clickhouse_state::exec::{Host, Level};
 use clickhouse_state::http::{Request, Response, Transport, TransportError};
-use clickhouse_state::store::{Host, Level, Store};
+use clickhouse_state::store::Store;
 use http_body_util::{BodyExt, Full};
 use integration_tests::state_host::egress::AddressAllowance;
 use integration_tests::state_host::pool::PoolLimits;
