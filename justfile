@@ -94,7 +94,8 @@ test: guest
     {{just_executable()}} test-clickhouse
     cargo test --workspace
     {{just_executable()}} test-wheel
-    BENCH_QUICK=1 cargo bench --profile dev -p integration-tests --bench report
+    # --workspace: the same dependency features as the test build above, so nothing rebuilds
+    BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
 
 # The lock's model: checks every state within its bounds, and that each mutant is caught
 model:
@@ -195,7 +196,7 @@ bench: guest clickhouse-start
 # The same report with small counts and a debug build, into target/bench/ (`just test` runs
 # it, so it cannot rot; its numbers are not the report's)
 bench-quick: guest clickhouse-start
-    BENCH_QUICK=1 cargo bench --profile dev -p integration-tests --bench report
+    BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
 
 # Meltano benchmark: one update through Meltano and the bridge vs the host library directly
 bench-meltano: guest clickhouse-start python-package
