@@ -16,15 +16,11 @@ mod backend;
 mod bindings;
 pub mod cache;
 pub mod clock;
-pub mod egress;
 mod error;
-pub mod faults;
-pub mod pool;
+pub mod http;
 mod runtime;
-pub mod sender;
 pub mod settings;
 mod state;
-pub mod tls;
 
 pub use backend::{Backend, Lock, State};
 pub use error::{Error, LockInfo, Result};

@@ -14,9 +14,9 @@ mod serve;
 use clap::{Args, Parser, Subcommand};
 use clickhouse_state::config::{Config, Culprit};
 use serde_json::{Map, Value, json};
-use state_host::egress::AddressAllowance;
+use state_host::http::policy::AddressAllowance;
+use state_host::http::tls::TlsOptions;
 use state_host::settings::{self, Settings};
-use state_host::tls::TlsOptions;
 use state_host::{Backend, Error, Runtime, RuntimeOptions, State};
 
 /// The local ClickHouse that `just clickhouse-start` runs (reaching it needs --allow-loopback).
@@ -322,7 +322,7 @@ fn exit_code(error: &Error) -> u8 {
 /// What to do about an error, where the CLI knows the flag that fixes it.
 fn hint(error: &Error) -> &'static str {
     match error {
-        // The sandbox refused a special address (see `egress`): a local ClickHouse is loopback.
+        // The sandbox refused a special address (see `http::policy`): a local ClickHouse is loopback.
         Error::Unreachable(m) if m.contains("its address is refused") => {
             " (to reach a ClickHouse on this machine, pass --allow-loopback)"
         }

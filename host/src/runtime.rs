@@ -16,15 +16,15 @@ use crate::bindings::ClickhouseStateBackendPre;
 use crate::bindings::meltano::state_backend::{clock, log};
 use crate::cache;
 use crate::clock::{Clock as HostClock, SystemClock};
-use crate::egress::{
-    AddressAllowance, Authority, EgressPolicy, Interceptor, OutgoingHook, TimeoutLimits,
-};
 use crate::error::{Error, Result};
-use crate::pool::PoolLimits;
-use crate::sender::Sender;
+use crate::http::Exchange;
+use crate::http::hook::{Interceptor, OutgoingHook};
+use crate::http::policy::{AddressAllowance, Authority, EgressPolicy, TimeoutLimits};
+use crate::http::pool::PoolLimits;
+use crate::http::sender::Sender;
+use crate::http::tls::TlsOptions;
 use crate::settings::Settings;
 use crate::state::{HostState, Limits};
-use crate::tls::TlsOptions;
 
 /// File name of the built guest component.
 pub const COMPONENT_FILE: &str = "clickhouse_state.wasm";
@@ -239,7 +239,7 @@ impl Runtime {
         let options = InstanceOptions {
             label: label.to_string(),
             egress: Some(egress),
-            interceptor: None,
+            ..InstanceOptions::default()
         };
         self.open_with(uri, settings, options).await
     }
@@ -272,12 +272,15 @@ impl Runtime {
             egress.with_addresses(self.options.addresses)
         };
         let clock = Arc::clone(&self.options.clock);
-        let hook = OutgoingHook::new(
-            egress,
-            self.sender.for_instance(self.options.keep_alive),
-            Arc::clone(&clock),
-            options.interceptor,
-        );
+        let sender = self.sender.for_instance(self.options.keep_alive);
+        #[cfg(feature = "faults")]
+        let exchange: Arc<dyn Exchange> = match options.faults {
+            Some(plan) => Arc::new(crate::http::faults::Faulty::new(sender, plan)),
+            None => Arc::new(sender),
+        };
+        #[cfg(not(feature = "faults"))]
+        let exchange: Arc<dyn Exchange> = Arc::new(sender);
+        let hook = OutgoingHook::new(egress, exchange, Arc::clone(&clock), options.interceptor);
         let deadline = self.options.call_deadline.unwrap_or_else(|| {
             Duration::from_millis(config.lock_timeout_ms) + Duration::from_secs(60)
         });
@@ -316,6 +319,9 @@ pub struct InstanceOptions {
     pub egress: Option<EgressPolicy>,
     /// Sees (and may delay) every request it sends; for tests.
     pub interceptor: Option<Arc<dyn Interceptor>>,
+    /// Faults injected into its exchanges; for tests (the `faults` feature).
+    #[cfg(feature = "faults")]
+    pub faults: Option<Arc<dyn crate::http::faults::FaultPlan>>,
 }
 
 impl Default for InstanceOptions {
@@ -324,6 +330,8 @@ impl Default for InstanceOptions {
             label: "backend".into(),
             egress: None,
             interceptor: None,
+            #[cfg(feature = "faults")]
+            faults: None,
         }
     }
 }

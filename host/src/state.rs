@@ -10,7 +10,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::meltano::state_backend::{clock, log, types};
 use crate::clock::{Clock, Registration};
-use crate::egress::OutgoingHook;
+use crate::http::hook::OutgoingHook;
 
 pub struct HostState {
     wasi: WasiCtx,

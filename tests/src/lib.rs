@@ -125,7 +125,7 @@ impl Target {
 /// loopback, which the host refuses unless allowed.
 pub fn runtime_options() -> RuntimeOptions {
     RuntimeOptions {
-        addresses: state_host::egress::AddressAllowance::loopback(),
+        addresses: state_host::http::policy::AddressAllowance::loopback(),
         ..RuntimeOptions::default()
     }
 }

@@ -12,7 +12,7 @@ use clickhouse_state::config::Config;
 use clickhouse_state::deployment::{Consistency, Kind};
 use clickhouse_state::http::{Client, Request, Response, Transport, TransportError};
 use clickhouse_state::sql::{Query, Role, Statements};
-use integration_tests::state_host::egress::Interceptor;
+use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{Error, InstanceOptions, State};
 use integration_tests::{LocalServer, Target, TestTable, runtime};
 

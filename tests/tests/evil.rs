@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::state_host::egress::{AddressAllowance, Authority, EgressPolicy};
+use integration_tests::state_host::http::policy::{AddressAllowance, Authority, EgressPolicy};
 use integration_tests::state_host::{Backend, Error, InstanceOptions, Runtime, RuntimeOptions};
 use integration_tests::{TestTable, json, runtime as honest_runtime};
 
@@ -28,7 +28,7 @@ async fn open(runtime: &Runtime, policy: Option<EgressPolicy>) -> Backend {
     let options = InstanceOptions {
         label: "evil".into(),
         egress: policy,
-        interceptor: None,
+        ..InstanceOptions::default()
     };
     runtime.open_with(URI, vec![], options).await.expect("open")
 }

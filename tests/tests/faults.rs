@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use integration_tests::state_host::egress::Interceptor;
+use integration_tests::state_host::http::hook::Interceptor;
 
-use integration_tests::state_host::faults::FaultSchedule;
+use integration_tests::state_host::http::faults::{Fault, FaultPlan, FaultSchedule};
 use integration_tests::state_host::{Error, InstanceOptions, State};
 use integration_tests::{TestTable, json, runtime};
 use serde_json::{Map, Value};
@@ -56,7 +56,7 @@ async fn invariants_hold_under_seeded_faults() {
     ]);
     let options = InstanceOptions {
         label: "faulty".into(),
-        interceptor: Some(schedule.clone()),
+        faults: Some(schedule.clone()),
         ..InstanceOptions::default()
     };
     let mut faulty = runtime()
@@ -177,19 +177,11 @@ async fn invariants_hold_under_seeded_faults() {
 /// Refuses every release of a lock (and its retries).
 struct NoRelease;
 
-impl integration_tests::state_host::egress::Interceptor for NoRelease {
-    fn before_send(&self, _: &http::Method, _: &http::Uri) -> Option<std::time::Duration> {
-        None
-    }
-
-    fn fault(
-        &self,
-        _: &http::Method,
-        uri: &http::Uri,
-    ) -> Option<integration_tests::state_host::faults::Fault> {
+impl FaultPlan for NoRelease {
+    fn fault(&self, _: &http::Method, uri: &http::Uri) -> Option<Fault> {
         uri.query()
             .is_some_and(|q| q.contains("insert_deduplication_token=release"))
-            .then_some(integration_tests::state_host::faults::Fault::Refused)
+            .then_some(Fault::Refused)
     }
 }
 
@@ -203,7 +195,7 @@ async fn a_failed_release_leaves_a_lock_that_expires_with_its_lease() {
     ]);
     let options = InstanceOptions {
         label: "no-release".into(),
-        interceptor: Some(Arc::new(NoRelease)),
+        faults: Some(Arc::new(NoRelease)),
         ..InstanceOptions::default()
     };
     let mut faulty = runtime()
@@ -258,14 +250,12 @@ impl Interceptor for LoseFirstDeleteAnswer {
         self.retry_held.store(true, Ordering::SeqCst);
         Some(Duration::from_millis(1500))
     }
+}
 
-    fn fault(
-        &self,
-        _method: &http::Method,
-        uri: &http::Uri,
-    ) -> Option<integration_tests::state_host::faults::Fault> {
+impl FaultPlan for LoseFirstDeleteAnswer {
+    fn fault(&self, _method: &http::Method, uri: &http::Uri) -> Option<Fault> {
         (is_delete(uri) && self.deletes_faulted.fetch_add(1, Ordering::SeqCst) == 0)
-            .then_some(integration_tests::state_host::faults::Fault::ResetBeforeResponse)
+            .then_some(Fault::ResetBeforeResponse)
     }
 }
 
@@ -285,6 +275,7 @@ async fn a_delete_retried_after_its_answer_was_lost_spares_a_newer_state() {
             table.with(&[("retries", "2"), ("retry_backoff_seconds", "0.05")]),
             InstanceOptions {
                 interceptor: Some(interceptor),
+                faults: Some(lose.clone()),
                 ..InstanceOptions::default()
             },
         )

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use integration_tests::state_host::clock::{Clock, SystemClock, VirtualClock};
-use integration_tests::state_host::egress::Interceptor;
+use integration_tests::state_host::http::faults::{Fault, FaultPlan};
+use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{
     Backend, Error, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
 };
@@ -802,23 +803,15 @@ struct LoseFirstReadBack {
     lost: AtomicBool,
 }
 
-impl Interceptor for LoseFirstReadBack {
-    fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Duration> {
-        None
-    }
-
-    fn fault(
-        &self,
-        _method: &http::Method,
-        uri: &http::Uri,
-    ) -> Option<integration_tests::state_host::faults::Fault> {
+impl FaultPlan for LoseFirstReadBack {
+    fn fault(&self, _method: &http::Method, uri: &http::Uri) -> Option<Fault> {
         let query = uri.query().unwrap_or("");
         if query.contains("INSERT") && query.contains("_lock_log") {
             self.claimed.store(true, Ordering::SeqCst);
             return None;
         }
         (self.claimed.load(Ordering::SeqCst) && !self.lost.swap(true, Ordering::SeqCst))
-            .then_some(integration_tests::state_host::faults::Fault::ResetBeforeResponse)
+            .then_some(Fault::ResetBeforeResponse)
     }
 }
 
@@ -828,7 +821,7 @@ async fn losing_read_back(
     extra: &[(&str, &str)],
 ) -> (Backend, Arc<LoseFirstReadBack>) {
     let lose = Arc::new(LoseFirstReadBack::default());
-    let interceptor: Arc<dyn Interceptor> = lose.clone();
+    let plan: Arc<dyn FaultPlan> = lose.clone();
     let mut settings = vec![("retries", "0")];
     settings.extend_from_slice(extra);
     let backend = timeline
@@ -836,7 +829,7 @@ async fn losing_read_back(
             table,
             &settings,
             InstanceOptions {
-                interceptor: Some(interceptor),
+                faults: Some(plan),
                 ..InstanceOptions::default()
             },
         )

@@ -609,7 +609,7 @@ async fn closed_port_is_unreachable() {
 
 #[tokio::test]
 async fn a_denied_destination_gets_a_clear_error() {
-    use integration_tests::state_host::egress::{Authority, EgressPolicy};
+    use integration_tests::state_host::http::policy::{Authority, EgressPolicy};
     let table = TestTable::new("denied");
     // The policy allows some other endpoint, not the configured ClickHouse.
     let policy = EgressPolicy::allow_only(vec![Authority::new("http", "127.0.0.1", 1)]);

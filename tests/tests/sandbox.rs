@@ -1,6 +1,6 @@
 //! The sandbox: what a guest may reach, and what it may not, whatever its configuration says.
 
-use integration_tests::state_host::egress::{AddressAllowance, Authority, EgressPolicy};
+use integration_tests::state_host::http::policy::{AddressAllowance, Authority, EgressPolicy};
 use integration_tests::state_host::{
     Error, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
 };
@@ -89,7 +89,7 @@ async fn a_tenant_cannot_reach_another_tenants_clickhouse() {
     let options = InstanceOptions {
         label: "tenant-a".into(),
         egress: Some(a_policy),
-        interceptor: None,
+        ..InstanceOptions::default()
     };
     let mut tenant_a = runtime()
         .open_with(&b_table.target.uri(), b_table.settings(), options)

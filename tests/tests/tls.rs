@@ -1,7 +1,7 @@
 //! https end to end: a TLS proxy with certificates made at test time sits in front of the
 //! ClickHouse under test, and the component reaches it through the host's sender.
 
-use integration_tests::state_host::tls::TlsOptions;
+use integration_tests::state_host::http::tls::TlsOptions;
 use integration_tests::state_host::{
     Error, Runtime, RuntimeOptions, State, default_component_path,
 };
@@ -169,7 +169,7 @@ async fn mutual_tls_with_and_without_a_client_certificate() {
 
 #[tokio::test]
 async fn the_egress_policy_applies_to_https_too() {
-    use integration_tests::state_host::egress::{Authority, EgressPolicy};
+    use integration_tests::state_host::http::policy::{Authority, EgressPolicy};
     let pki = Pki::new("egress");
     let server = pki.server("server", &["localhost"], false);
     let table = TestTable::new("tls_egress");
@@ -212,7 +212,7 @@ async fn bad_tls_files_are_invalid_config() {
 /// through the egress policy (a denied authority stays denied after connections are pooled).
 #[tokio::test]
 async fn keep_alive_saves_a_handshake_per_request() {
-    use integration_tests::state_host::pool::PoolLimits;
+    use integration_tests::state_host::http::pool::PoolLimits;
     let pki = Pki::new("keepalive");
     let server = pki.server("server", &["localhost"], false);
     let table = TestTable::new("tls_keepalive");

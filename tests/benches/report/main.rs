@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use integration_tests::state_host::egress::Interceptor;
-use integration_tests::state_host::pool::PoolLimits;
-use integration_tests::state_host::tls::TlsOptions;
+use integration_tests::state_host::http::hook::Interceptor;
+use integration_tests::state_host::http::pool::PoolLimits;
+use integration_tests::state_host::http::tls::TlsOptions;
 use integration_tests::state_host::{
     Backend, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
 };

@@ -16,10 +16,10 @@ use clickhouse_state::exec::{Host, Level};
 use clickhouse_state::http::{Request, Response, Transport, TransportError};
 use clickhouse_state::store::Store;
 use http_body_util::{BodyExt, Full};
-use integration_tests::state_host::egress::AddressAllowance;
-use integration_tests::state_host::pool::PoolLimits;
-use integration_tests::state_host::sender::Sender;
-use integration_tests::state_host::tls::TlsOptions;
+use integration_tests::state_host::http::policy::AddressAllowance;
+use integration_tests::state_host::http::pool::PoolLimits;
+use integration_tests::state_host::http::sender::Sender;
+use integration_tests::state_host::http::tls::TlsOptions;
 use wasmtime_wasi_http::RequestOptions;
 
 pub type NativeStore = Store<NativeTransport, NativeHost>;

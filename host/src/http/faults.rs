@@ -1,20 +1,58 @@
-//! Fault injection behind the wasi:http hook, for tests and as a debug option of the library
-//! (never on by default): refused connections, resets before and in the middle of a response,
-//! ClickHouse errors with real bodies, 200 responses carrying a mid-stream exception, and
-//! responses slower than the timeout. A [`FaultSchedule`] decides from a seed, so a failing run
-//! can be replayed.
+//! Fault injection, for tests only (the `faults` feature): [`Faulty`] wraps an instance's
+//! sender and, where its [`FaultPlan`] says so, refuses the connection, resets it before or in
+//! the middle of a response, answers with a ClickHouse error with a real body or a 200 carrying a
+//! mid-stream exception, or answers after the timeout. A [`FaultSchedule`] decides from a seed,
+//! so a failing run can be replayed.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
-use crate::egress::{AddressAllowance, Interceptor};
-use crate::sender::{Sender, Sent};
+use std::sync::Arc;
+
+use super::policy::AddressAllowance;
+use super::sender::{Sender, Sent};
+use super::{Exchange, Exchanging};
+
+/// Decides which requests get a fault.
+pub trait FaultPlan: Send + Sync + 'static {
+    /// The fault for this request, if any.
+    fn fault(&self, method: &http::Method, uri: &http::Uri) -> Option<Fault>;
+}
+
+/// A sender whose exchanges get the faults its plan decides.
+pub struct Faulty {
+    sender: Sender,
+    plan: Arc<dyn FaultPlan>,
+}
+
+impl Faulty {
+    pub fn new(sender: Sender, plan: Arc<dyn FaultPlan>) -> Self {
+        Faulty { sender, plan }
+    }
+}
+
+impl Exchange for Faulty {
+    fn exchange(
+        &self,
+        request: http::Request<WasiBody>,
+        options: RequestOptions,
+        addresses: AddressAllowance,
+    ) -> Exchanging {
+        let fault = self.plan.fault(request.method(), request.uri());
+        let sender = self.sender.clone();
+        Box::pin(async move {
+            match fault {
+                None => sender.send(request, options, addresses).await,
+                Some(fault) => apply(fault, sender, request, options, addresses).await,
+            }
+        })
+    }
+}
 
 /// One injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,11 +132,7 @@ fn splitmix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-impl Interceptor for FaultSchedule {
-    fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Duration> {
-        None
-    }
-
+impl FaultPlan for FaultSchedule {
     fn fault(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Fault> {
         let index = self.requests.fetch_add(1, Ordering::SeqCst);
         let fault = self.decide(index)?;
@@ -110,7 +144,7 @@ impl Interceptor for FaultSchedule {
 }
 
 /// Performs `request` with `fault` applied.
-pub(crate) async fn apply(
+async fn apply(
     fault: Fault,
     sender: Sender,
     request: http::Request<WasiBody>,

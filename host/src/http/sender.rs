@@ -22,8 +22,8 @@ use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
-use crate::egress::AddressAllowance;
-use crate::pool::{Connection, Destination, Pool, PoolLimits};
+use super::policy::AddressAllowance;
+use super::pool::{Connection, Destination, Pool, PoolLimits};
 
 /// A response and the future that reports the connection's own failures.
 pub type Sent = (

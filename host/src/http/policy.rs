@@ -1,26 +1,16 @@
-//! What a guest may reach: the `send_request` hook of wasi:http.
+//! What a guest may reach: the one ClickHouse authority of its configuration, the classes of
+//! address allowed after name resolution, and bounds on the timeouts it asks for.
 //!
 //! By default a guest reaches exactly the scheme, host and port of its configured ClickHouse and
 //! nothing else. Every other request is refused with `HttpRequestDenied`, which the guest turns
 //! into an `unreachable` error naming its endpoint, and which the host logs with the refused
-//! authority. Timeouts the guest asks for are clamped to the host's limits.
+//! authority (see `hook`).
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
-use wasmtime_wasi_http::{
-    DEFAULT_FORBIDDEN_HEADERS, Error as HttpError, ForbiddenHeaderFilter, RequestOptions, WasiBody,
-    WasiHttpHooks,
-};
-
-use http::HeaderName;
-
-use crate::clock::Clock;
-use crate::faults::Fault;
-use crate::sender::{Sender, describe_tls_error};
+use wasmtime_wasi_http::RequestOptions;
 
 /// One authority a guest may call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -192,8 +182,8 @@ impl TimeoutLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressPolicy {
     allowed: Vec<Authority>,
-    timeouts: TimeoutLimits,
-    addresses: AddressAllowance,
+    pub(crate) timeouts: TimeoutLimits,
+    pub(crate) addresses: AddressAllowance,
 }
 
 impl EgressPolicy {
@@ -227,152 +217,6 @@ impl EgressPolicy {
             Some(authority) => Err(authority.to_string()),
             None => Err(format!("{uri} (no scheme or authority)")),
         }
-    }
-}
-
-/// Forbidden on top of wasmtime's defaults (names are lower case).
-const EXTRA_FORBIDDEN_HEADERS: &[&str] = &[
-    "te",
-    "trailer",
-    "expect",
-    "via",
-    "forwarded",
-    "x-forwarded-for",
-    "x-forwarded-host",
-    "x-forwarded-proto",
-    "x-real-ip",
-    "content-length",
-];
-
-type SendFuture = Box<
-    dyn Future<
-            Output = Result<
-                (
-                    http::Response<WasiBody>,
-                    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-                ),
-                HttpError,
-            >,
-        > + Send,
->;
-
-/// Sees every request a guest sends that its policy allowed, before it goes out. Tests use it
-/// to count round trips and to delay chosen requests (in the instance's clock's time).
-pub trait Interceptor: Send + Sync + 'static {
-    /// How long to hold this request back, if at all.
-    fn before_send(&self, method: &http::Method, uri: &http::Uri) -> Option<Duration>;
-
-    /// A fault to inject into this request's exchange, if any (see `faults`).
-    fn fault(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Fault> {
-        None
-    }
-}
-
-/// The wasi:http hook of one instance: its policy decides, its sender sends.
-pub struct OutgoingHook {
-    policy: EgressPolicy,
-    sender: Sender,
-    clock: Arc<dyn Clock>,
-    interceptor: Option<Arc<dyn Interceptor>>,
-}
-
-impl OutgoingHook {
-    pub fn new(
-        policy: EgressPolicy,
-        sender: Sender,
-        clock: Arc<dyn Clock>,
-        interceptor: Option<Arc<dyn Interceptor>>,
-    ) -> Self {
-        OutgoingHook {
-            policy,
-            sender,
-            clock,
-            interceptor,
-        }
-    }
-}
-
-impl WasiHttpHooks for OutgoingHook {
-    fn send_request(
-        &mut self,
-        request: http::Request<WasiBody>,
-        options: Option<RequestOptions>,
-        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-    ) -> SendFuture {
-        drop(fut);
-        if let Err(refused) = self.policy.check(request.uri()) {
-            tracing::warn!(target: "egress", authority = %refused, "request denied: not an allowed ClickHouse endpoint");
-            return Box::new(async { Err(HttpError::HttpRequestDenied) });
-        }
-        let options = self.policy.timeouts.clamp(options);
-        let addresses = self.policy.addresses;
-        let sender = self.sender.clone();
-        let delay = self
-            .interceptor
-            .as_ref()
-            .and_then(|i| i.before_send(request.method(), request.uri()));
-        let fault = self
-            .interceptor
-            .as_ref()
-            .and_then(|i| i.fault(request.method(), request.uri()));
-        let pause = delay.map(|d| self.clock.sleep(d.as_millis() as u64));
-        Box::new(async move {
-            if let Some(pause) = pause {
-                pause.await;
-            }
-            match fault {
-                None => sender.send(request, options, addresses).await,
-                Some(fault) => {
-                    crate::faults::apply(fault, sender, request, options, addresses).await
-                }
-            }
-        })
-    }
-
-    fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
-        // wasmtime's list (hop-by-hop, Host, proxy credentials) plus headers that could make
-        // a request look as if it came from somewhere else, or change its framing.
-        Arc::new(|name: &HeaderName| {
-            DEFAULT_FORBIDDEN_HEADERS.contains(name)
-                || EXTRA_FORBIDDEN_HEADERS.contains(&name.as_str())
-        })
-    }
-
-    fn p2_error_from_tls(&mut self, err: &std::io::Error) -> ErrorCode {
-        let message = describe_tls_error(err);
-        tracing::debug!(target: "egress", "{message}");
-        ErrorCode::InternalError(Some(message))
-    }
-
-    fn p2_error_from_connect(&mut self, err: &std::io::Error) -> ErrorCode {
-        match err.kind() {
-            std::io::ErrorKind::ConnectionRefused => ErrorCode::ConnectionRefused,
-            _ => ErrorCode::InternalError(Some(format!("connect failed: {err}"))),
-        }
-    }
-
-    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
-        // A TLS failure after the handshake (a server refusing our client certificate, say)
-        // surfaces as an I/O error inside hyper's.
-        let mut source = std::error::Error::source(err);
-        while let Some(cause) = source {
-            if let Some(io) = cause.downcast_ref::<std::io::Error>().filter(|io| {
-                io.get_ref()
-                    .is_some_and(|inner| inner.is::<rustls::Error>())
-            }) {
-                return ErrorCode::InternalError(Some(describe_tls_error(io)));
-            }
-            source = cause.source();
-        }
-        if err.is_incomplete_message() || err.is_canceled() {
-            return ErrorCode::ConnectionTerminated;
-        }
-        if err.is_parse() {
-            return ErrorCode::InternalError(Some(format!(
-                "the answer is not HTTP ({err}); is this a TLS port that needs secure=true?"
-            )));
-        }
-        ErrorCode::InternalError(Some(format!("HTTP: {err}")))
     }
 }
 

@@ -1,0 +1,139 @@
+//! The wasi:http hook of one instance: the policy decides whether a request may go, an
+//! [`Interceptor`] (tests) may hold it back, and the instance's [`Exchange`] sends it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
+use wasmtime_wasi_http::{
+    DEFAULT_FORBIDDEN_HEADERS, Error as HttpError, ForbiddenHeaderFilter, RequestOptions, WasiBody,
+    WasiHttpHooks,
+};
+
+use super::Exchange;
+use super::policy::EgressPolicy;
+use super::sender::{Sent, describe_tls_error};
+use crate::clock::Clock;
+
+/// Forbidden on top of wasmtime's defaults (names are lower case).
+const EXTRA_FORBIDDEN_HEADERS: &[&str] = &[
+    "te",
+    "trailer",
+    "expect",
+    "via",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "content-length",
+];
+
+type SendFuture = Box<dyn Future<Output = Result<Sent, HttpError>> + Send>;
+
+/// Sees every request a guest sends that its policy allowed, before it goes out. Tests use it
+/// to count round trips and to delay chosen requests (in the instance's clock's time).
+pub trait Interceptor: Send + Sync + 'static {
+    /// How long to hold this request back, if at all.
+    fn before_send(&self, method: &http::Method, uri: &http::Uri) -> Option<Duration>;
+}
+
+/// The wasi:http hook of one instance: its policy decides, its exchange sends.
+pub struct OutgoingHook {
+    policy: EgressPolicy,
+    exchange: Arc<dyn Exchange>,
+    clock: Arc<dyn Clock>,
+    interceptor: Option<Arc<dyn Interceptor>>,
+}
+
+impl OutgoingHook {
+    pub fn new(
+        policy: EgressPolicy,
+        exchange: Arc<dyn Exchange>,
+        clock: Arc<dyn Clock>,
+        interceptor: Option<Arc<dyn Interceptor>>,
+    ) -> Self {
+        OutgoingHook {
+            policy,
+            exchange,
+            clock,
+            interceptor,
+        }
+    }
+}
+
+impl WasiHttpHooks for OutgoingHook {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> SendFuture {
+        drop(fut);
+        if let Err(refused) = self.policy.check(request.uri()) {
+            tracing::warn!(target: "egress", authority = %refused, "request denied: not an allowed ClickHouse endpoint");
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        let options = self.policy.timeouts.clamp(options);
+        let addresses = self.policy.addresses;
+        let delay = self
+            .interceptor
+            .as_ref()
+            .and_then(|i| i.before_send(request.method(), request.uri()));
+        let pause = delay.map(|d| self.clock.sleep(d.as_millis() as u64));
+        let exchange = Arc::clone(&self.exchange);
+        Box::new(async move {
+            if let Some(pause) = pause {
+                pause.await;
+            }
+            exchange.exchange(request, options, addresses).await
+        })
+    }
+
+    fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
+        // wasmtime's list (hop-by-hop, Host, proxy credentials) plus headers that could make
+        // a request look as if it came from somewhere else, or change its framing.
+        Arc::new(|name: &HeaderName| {
+            DEFAULT_FORBIDDEN_HEADERS.contains(name)
+                || EXTRA_FORBIDDEN_HEADERS.contains(&name.as_str())
+        })
+    }
+
+    fn p2_error_from_tls(&mut self, err: &std::io::Error) -> ErrorCode {
+        let message = describe_tls_error(err);
+        tracing::debug!(target: "egress", "{message}");
+        ErrorCode::InternalError(Some(message))
+    }
+
+    fn p2_error_from_connect(&mut self, err: &std::io::Error) -> ErrorCode {
+        match err.kind() {
+            std::io::ErrorKind::ConnectionRefused => ErrorCode::ConnectionRefused,
+            _ => ErrorCode::InternalError(Some(format!("connect failed: {err}"))),
+        }
+    }
+
+    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
+        // A TLS failure after the handshake (a server refusing our client certificate, say)
+        // surfaces as an I/O error inside hyper's.
+        let mut source = std::error::Error::source(err);
+        while let Some(cause) = source {
+            if let Some(io) = cause.downcast_ref::<std::io::Error>().filter(|io| {
+                io.get_ref()
+                    .is_some_and(|inner| inner.is::<rustls::Error>())
+            }) {
+                return ErrorCode::InternalError(Some(describe_tls_error(io)));
+            }
+            source = cause.source();
+        }
+        if err.is_incomplete_message() || err.is_canceled() {
+            return ErrorCode::ConnectionTerminated;
+        }
+        if err.is_parse() {
+            return ErrorCode::InternalError(Some(format!(
+                "the answer is not HTTP ({err}); is this a TLS port that needs secure=true?"
+            )));
+        }
+        ErrorCode::InternalError(Some(format!("HTTP: {err}")))
+    }
+}
