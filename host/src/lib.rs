@@ -16,15 +16,19 @@ mod backend;
 mod bindings;
 pub mod cache;
 pub mod clock;
+mod engine;
 mod error;
 pub mod http;
+mod limits;
+mod linker;
 mod runtime;
 pub mod settings;
 mod state;
 
 pub use backend::{Backend, Lock, State};
+pub use engine::WASMTIME_VERSION;
 pub use error::{Error, LockInfo, Result};
+pub use linker::LINKED as LINKED_INTERFACES;
 pub use runtime::{
-    COMPONENT_ENV, COMPONENT_FILE, InstanceOptions, Runtime, RuntimeOptions, WASMTIME_VERSION,
-    default_component_path,
+    COMPONENT_ENV, COMPONENT_FILE, InstanceOptions, Runtime, RuntimeOptions, default_component_path,
 };

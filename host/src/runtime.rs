@@ -1,21 +1,18 @@
-//! One wasmtime `Engine`, the component compiled once, and an `InstancePre` from which every
-//! backend instance is made (one `Store` each).
+//! A loaded component and the instances made from it: the engine and the component (see
+//! `engine`), linked once (see `linker`) into an `InstancePre`, from which every backend
+//! instance is made, one `Store` each, under its limits (see `limits`) and its egress policy.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{
-    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
-};
+use wasmtime::{Engine, Store};
 
 use crate::backend::Backend;
 use crate::bindings::ClickhouseStateBackendPre;
-use crate::bindings::meltano::state_backend::{clock, log};
 use crate::cache;
 use crate::clock::{Clock as HostClock, SystemClock};
+use crate::engine::{self, Ticker};
 use crate::error::{Error, Result};
 use crate::http::Exchange;
 use crate::http::hook::{Interceptor, OutgoingHook};
@@ -23,8 +20,9 @@ use crate::http::policy::{AddressAllowance, Authority, EgressPolicy, TimeoutLimi
 use crate::http::pool::PoolLimits;
 use crate::http::sender::Sender;
 use crate::http::tls::TlsOptions;
+use crate::limits::{self, Limits};
 use crate::settings::Settings;
-use crate::state::{HostState, Limits};
+use crate::state::HostState;
 
 /// File name of the built guest component.
 pub const COMPONENT_FILE: &str = "clickhouse_state.wasm";
@@ -81,49 +79,10 @@ pub struct Runtime {
     pre: ClickhouseStateBackendPre<HostState>,
     options: RuntimeOptions,
     sender: Sender,
-    /// Stops the epoch ticker when the runtime goes away.
-    ticker_stop: Arc<AtomicBool>,
+    /// Stops when the runtime goes away.
+    _ticker: Ticker,
     /// How the component was obtained (compiled, from the cache, precompiled).
     loaded: cache::Outcome,
-}
-
-/// The wasmtime this host is built with (precompiled components must match it).
-pub const WASMTIME_VERSION: &str = "48.0.8";
-
-/// The engine configuration: one place, so that precompiling and loading agree.
-fn engine() -> Result<Engine> {
-    let mut config = wasmtime::Config::new();
-    config.wasm_component_model(true);
-    config.epoch_interruption(true);
-    Engine::new(&config).map_err(Error::trap)
-}
-
-/// As [`engine`], with pooled instance slots. Code generation is the same, so a `.cwasm` made
-/// by either loads in both.
-fn pooled_engine(instances: u32, memory_bytes: usize) -> Result<Engine> {
-    let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(instances)
-        .total_core_instances(instances.saturating_mul(8))
-        .total_memories(instances.saturating_mul(2))
-        .total_tables(instances.saturating_mul(8))
-        .max_core_instances_per_component(16)
-        .max_memories_per_component(2)
-        .max_tables_per_component(8)
-        .max_memory_size(memory_bytes);
-    let mut config = wasmtime::Config::new();
-    config.wasm_component_model(true);
-    config.epoch_interruption(true);
-    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    Engine::new(&config).map_err(|e| Error::InvalidConfig(format!("pooling allocator: {e:#}")))
-}
-
-/// The epoch ticks this often; deadlines are checked (and busy guests yield) on each tick.
-const EPOCH_TICK: Duration = Duration::from_millis(10);
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::SeqCst);
-    }
 }
 
 impl Runtime {
@@ -146,7 +105,7 @@ impl Runtime {
     /// [`Runtime::load`] to load without compiling. Only this wasmtime version and
     /// configuration can load the result.
     pub fn precompile(wasm: &[u8]) -> Result<Vec<u8>> {
-        engine()?
+        engine::engine(None)?
             .precompile_component(wasm)
             .map_err(|e| Error::Component(format!("cannot compile the component: {e:#}")))
     }
@@ -155,48 +114,19 @@ impl Runtime {
     /// deserialized.
     pub fn from_bytes(bytes: &[u8], options: RuntimeOptions) -> Result<Self> {
         let sender = Sender::new(options.tls.client_config()?);
-        let engine = match options.pooled_instances {
-            None => engine()?,
-            Some(instances) => pooled_engine(instances, options.memory_limit_bytes)?,
-        };
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        {
-            let (engine, stop) = (engine.clone(), Arc::clone(&ticker_stop));
-            std::thread::Builder::new()
-                .name("epoch-ticker".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::SeqCst) {
-                        std::thread::sleep(EPOCH_TICK);
-                        engine.increment_epoch();
-                    }
-                })
-                .map_err(|e| Error::Component(format!("cannot start the epoch ticker: {e}")))?;
-        }
-        let (component, loaded) = if bytes.starts_with(b"\x7fELF") {
-            // SAFETY: `deserialize` trusts that the bytes are wasmtime's own output. They come
-            // from the operator (the `--component` path or `Runtime::precompile`), never from a
-            // guest or a tenant; wasmtime still checks the version and configuration.
-            let component = unsafe { Component::deserialize(&engine, bytes) }.map_err(|e| {
-                Error::Component(format!(
-                    "cannot load this precompiled component ({e:#}); it was made by another \
-                     wasmtime version or configuration than this host's (wasmtime \
-                     {WASMTIME_VERSION}): compile the .wasm again with `state-backend compile`"
-                ))
-            })?;
-            (component, cache::Outcome::Uncached("precompiled".into()))
-        } else {
-            cache::load_or_compile(&engine, bytes, options.compile_cache.as_deref())?
-        };
+        let pooled = options
+            .pooled_instances
+            .map(|instances| (instances, options.memory_limit_bytes));
+        let engine = engine::engine(pooled)?;
+        let ticker = Ticker::start(&engine)?;
+        let (component, loaded) =
+            engine::component(&engine, bytes, options.compile_cache.as_deref())?;
         tracing::debug!(?loaded, "component loaded");
-        let mut linker: Linker<HostState> = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(Error::trap)?;
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(Error::trap)?;
-        // Our own imports only; WASI and wasi:http come from wasmtime-wasi(-http) above.
-        clock::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(Error::trap)?;
-        log::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(Error::trap)?;
-        let pre = linker.instantiate_pre(&component).map_err(|e| {
-            Error::Component(format!("the component does not fit this host: {e:#}"))
-        })?;
+        let pre = crate::linker::linker(&engine)?
+            .instantiate_pre(&component)
+            .map_err(|e| {
+                Error::Component(format!("the component does not fit this host: {e:#}"))
+            })?;
         let pre = ClickhouseStateBackendPre::new(pre).map_err(|e| {
             Error::Component(format!("the component does not export the backend: {e:#}"))
         })?;
@@ -205,7 +135,7 @@ impl Runtime {
             pre,
             options,
             sender,
-            ticker_stop,
+            _ticker: ticker,
             loaded,
         })
     }
@@ -218,6 +148,16 @@ impl Runtime {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The interfaces the loaded component imports (with their versions).
+    pub fn imports(&self) -> Vec<String> {
+        let component = self.pre.instance_pre().component();
+        component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect()
     }
 
     /// A new instance connected to the store at `uri`. `settings` override the URI; the
@@ -287,20 +227,7 @@ impl Runtime {
         let limits = Limits::new(self.options.memory_limit_bytes, deadline);
         let state = HostState::new(hook, clock, options.label, limits);
         let mut store = Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.limits);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|mut context| {
-            let limits = &mut context.data_mut().limits;
-            let overdue = limits
-                .call_started
-                .is_some_and(|started| started.elapsed() > limits.call_deadline);
-            if overdue {
-                limits.deadline_hit = true;
-                return Err(wasmtime::Error::msg("the call ran past its deadline"));
-            }
-            // Still within the deadline: let other tenants' tasks run, then check again.
-            Ok(UpdateDeadline::Yield(1))
-        });
+        limits::apply(&mut store, |state| &mut state.limits);
         let bindings = self
             .pre
             .instantiate_async(&mut store)
