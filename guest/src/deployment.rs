@@ -10,10 +10,9 @@
 //!
 //! Pure decisions on what the server reported; `Store` runs the query.
 
-use serde::Deserialize;
-
 use crate::config::Config;
 use crate::error::{Error, Result};
+pub use crate::rows::Observed;
 use crate::sql::Role;
 
 /// What kind of deployment the tables are on.
@@ -27,21 +26,6 @@ pub enum Kind {
     Cloud,
     /// ReplicatedMergeTree-family tables on a self-managed cluster.
     Replicated,
-}
-
-/// The deployment check's one row (see `sql::Statements::deployment`).
-#[derive(Debug, Deserialize, Default)]
-pub struct Observed {
-    /// (table name, engine) of this store's tables that exist.
-    pub tables: Vec<(String, String)>,
-    /// The server has a `replica` macro: it is set up as a replica of replicated tables.
-    pub replica_macro: u8,
-    /// (cluster name, largest replica number) of the clusters the server knows.
-    pub clusters: Vec<(String, u64)>,
-    /// The server knows the `deduplicate_insert` setting (newer releases; it supersedes
-    /// `insert_deduplicate`).
-    #[serde(default)]
-    pub dedup_setting: u8,
 }
 
 /// The settings each role of query carries on a deployment, so that every deciding read sees

@@ -9,7 +9,8 @@ use crate::deployment::{self, Consistency, Kind, Observed};
 use crate::error::{Error, Result};
 use crate::http::{Client, Transport};
 use crate::rows;
-use crate::sql::{Query, Statements};
+use crate::sql::{Query, Read, Statements};
+use serde::de::DeserializeOwned;
 
 /// What the guest asks of its host besides HTTP: time, randomness and a log.
 pub trait Host {
@@ -67,6 +68,16 @@ impl<T: Transport, H: Host> Exec<T, H> {
         self.run_checked(query)
     }
 
+    /// Runs a read and decodes every row of its answer.
+    pub fn fetch<R: DeserializeOwned>(&self, read: &Read<R>) -> Result<Vec<R>> {
+        rows::all(&self.run(&read.query)?)
+    }
+
+    /// Runs a read and decodes the first row of its answer, if any.
+    pub fn fetch_first<R: DeserializeOwned>(&self, read: &Read<R>) -> Result<Option<R>> {
+        rows::first(&self.run(&read.query)?)
+    }
+
     fn run_checked(&self, query: &Query) -> Result<Vec<u8>> {
         let mut migrated = false;
         let mut attempt = 0u32;
@@ -119,7 +130,7 @@ impl<T: Transport, H: Host> Exec<T, H> {
     /// that would split the state (see `deployment`). A user who may not read the system
     /// tables gets a warning, not a refusal.
     fn check_deployment(&self) -> Result<Kind> {
-        let body = match self.run_checked(&self.sql.deployment()) {
+        let body = match self.run_checked(&self.sql.deployment().query) {
             Ok(body) => body,
             // ACCESS_DENIED on the system tables (or a wrong password, which the next query
             // reports again).

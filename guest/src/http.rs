@@ -332,7 +332,7 @@ mod tests {
     }
 
     fn query() -> Query {
-        crate::sql::Statements::new(&config()).get("a\tb\\c")
+        crate::sql::Statements::new(&config()).get("a\tb\\c").query
     }
 
     #[test]

@@ -4,8 +4,11 @@
 //! bound query parameter (`{name:Type}`), or as rows of JSON in an INSERT body. Nothing is ever
 //! spliced into SQL text.
 
+use std::marker::PhantomData;
+
 use crate::config::Config;
 use crate::glob::Filter;
+use crate::rows;
 
 /// One request to ClickHouse.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +41,21 @@ pub enum Role {
     Mutation,
 }
 
+/// A read statement and the row type its answer decodes to (see `rows`).
+pub struct Read<R> {
+    pub query: Query,
+    row: PhantomData<fn() -> R>,
+}
+
 impl Query {
+    /// This query as a read of JSONEachRow rows of type `R`.
+    fn read<R>(self) -> Read<R> {
+        Read {
+            query: self.json(),
+            row: PhantomData,
+        }
+    }
+
     fn new(sql: String) -> Self {
         Query {
             sql,
@@ -245,7 +262,7 @@ impl Statements {
     /// with their largest replica count, and whether the server knows the `deduplicate_insert`
     /// setting. `{"tables": [[name, engine]], "replica_macro", "dedup_setting",
     /// "clusters": [[name, replicas]]}`.
-    pub fn deployment(&self) -> Query {
+    pub fn deployment(&self) -> Read<rows::Observed> {
         Query::new(
             "SELECT (SELECT groupArray(tuple(name, engine)) FROM system.tables \
              WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String})) AS tables, \
@@ -260,22 +277,22 @@ impl Statements {
         .param("t0", self.table_names[0].clone())
         .param("t1", self.table_names[1].clone())
         .param("t2", self.table_names[2].clone())
-        .json()
+        .read()
     }
 
     // -- states --
 
     /// One state, with its version: `{"partial_state", "completed_state", "updated_at_ms"}`.
     /// A deciding read (`update` merges into it), so sequentially consistent.
-    pub fn get(&self, state_id: &str) -> Query {
+    pub fn get(&self, state_id: &str) -> Read<rows::Stored> {
         Query::new(format!(
             "SELECT partial_state, completed_state, toUnixTimestamp64Milli(updated_at) AS updated_at_ms \
              FROM {} FINAL WHERE state_id = {{id:String}} LIMIT 1 FORMAT JSONEachRow",
             self.state
         ))
         .param("id", state_id)
-        .json()
         .deciding()
+        .read()
     }
 
     /// The newest version stored for one id (0 when none), one number in TSV. Deciding: the
@@ -291,14 +308,14 @@ impl Statements {
 
     /// The newest version of every id, as JSONEachRow `{"state_id", "version"}`. Deciding, as
     /// `version_of`.
-    pub fn versions(&self) -> Query {
+    pub fn versions(&self) -> Read<rows::Version> {
         Query::new(format!(
             "SELECT state_id, toUnixTimestamp64Milli(max(updated_at)) AS version FROM {} \
              GROUP BY state_id FORMAT JSONEachRow",
             self.state
         ))
-        .json()
         .deciding()
+        .read()
     }
 
     /// Writes rows given as JSONEachRow (`state_id`, `partial_state`, `completed_state`,
@@ -336,7 +353,7 @@ impl Statements {
     }
 
     /// Matching ids, sorted, as JSONEachRow `{"state_id"}`.
-    pub fn state_ids(&self, filter: &Filter) -> Query {
+    pub fn state_ids(&self, filter: &Filter) -> Read<rows::Listed> {
         let (condition, query) = where_filter(filter);
         Query {
             sql: format!(
@@ -345,11 +362,11 @@ impl Statements {
             ),
             ..query
         }
-        .json()
+        .read()
     }
 
     /// Matching states, sorted by id, as JSONEachRow.
-    pub fn get_all(&self, filter: &Filter) -> Query {
+    pub fn get_all(&self, filter: &Filter) -> Read<rows::Listed> {
         let (condition, query) = where_filter(filter);
         Query {
             sql: format!(
@@ -359,7 +376,7 @@ impl Statements {
             ),
             ..query
         }
-        .json()
+        .read()
     }
 
     pub fn count(&self) -> Query {
@@ -384,7 +401,7 @@ impl Statements {
     }
 
     /// Live candidates, lowest lock id first, as JSONEachRow `{"lock_id", "locked_at_s"}`.
-    pub fn lock_candidates(&self, state_id: &str, cutoff_s: u64) -> Query {
+    pub fn lock_candidates(&self, state_id: &str, cutoff_s: u64) -> Read<rows::Candidate> {
         Query::new(format!(
             "SELECT lock_id, toUInt64(toUnixTimestamp(locked_at)) AS locked_at_s FROM {} \
              WHERE state_id = {{id:String}} AND locked_at >= toDateTime({{cutoff:UInt32}}) \
@@ -393,8 +410,8 @@ impl Statements {
         ))
         .param("id", state_id)
         .param("cutoff", cutoff_s.to_string())
-        .json()
         .deciding()
+        .read()
     }
 
     /// Every candidate of an id (force-unlock).
@@ -412,7 +429,7 @@ impl Statements {
     /// The newest generation of an id, folded into one row (none when the id was never locked):
     /// `{"generation", "holder", "acquired_at", "lease_until", "grant_floor", "released",
     /// "release_cap", "forced"}` (times in unix milliseconds).
-    pub fn log_state(&self, state_id: &str) -> Query {
+    pub fn log_state(&self, state_id: &str) -> Read<rows::Newest> {
         Query::new(format!(
             "SELECT generation, argMinIf(owner, at_ms, event = 'acquire') AS holder, \
              minIf(at_ms, event = 'acquire') AS acquired_at, \
@@ -427,8 +444,8 @@ impl Statements {
             log = self.log
         ))
         .param("id", state_id)
-        .json()
         .deciding()
+        .read()
     }
 
     /// Who asked for generation `generation` of an id, the newest generation now, and the lease
@@ -436,7 +453,12 @@ impl Statements {
     /// `{"owner", "at_ms", "until_ms", "newest", "previous_until"}` per acquire row. With `with_state`, each row
     /// also carries the stored state of the id (`"stored": [[partial, completed, version]]`, or
     /// `[]`), so that `update` reads it in the same round trip that confirms its claim.
-    pub fn log_claims(&self, state_id: &str, generation: u64, with_state: bool) -> Query {
+    pub fn log_claims(
+        &self,
+        state_id: &str,
+        generation: u64,
+        with_state: bool,
+    ) -> Read<rows::Claim> {
         let stored = if with_state {
             format!(
                 ", (SELECT groupArray(tuple(partial_state, completed_state, \
@@ -459,8 +481,8 @@ impl Statements {
         .param("id", state_id)
         .param("generation", generation.to_string())
         .param("previous", generation.saturating_sub(1).to_string())
-        .json()
         .deciding()
+        .read()
     }
 
     /// Appends one row; `row` is a JSONEachRow line. `token` names the logical event, so a
@@ -617,7 +639,7 @@ mod tests {
         let s = statements();
         let id = "x' OR 1=1 --";
         for q in [
-            s.get(id),
+            s.get(id).query,
             s.delete(id),
             s.version_of(id),
             s.lock_delete(id, id),
@@ -625,7 +647,7 @@ mod tests {
             assert!(!q.sql.contains(id), "{}", q.sql);
             assert!(q.params.iter().any(|(_, v)| v == id));
         }
-        let q = s.state_ids(&Filter::Exact(id.into()));
+        let q = s.state_ids(&Filter::Exact(id.into())).query;
         assert!(!q.sql.contains(id));
         assert_eq!(q.params, vec![("pattern", id.to_string())]);
     }
@@ -633,20 +655,24 @@ mod tests {
     #[test]
     fn filters_become_conditions() {
         let s = statements();
-        assert!(!s.state_ids(&Filter::All).sql.contains("WHERE"));
-        let q = s.get_all(&Filter::Match {
-            prefix: "dev:".into(),
-            regex: "(?s)^dev:.*$".into(),
-        });
+        assert!(!s.state_ids(&Filter::All).query.sql.contains("WHERE"));
+        let q = s
+            .get_all(&Filter::Match {
+                prefix: "dev:".into(),
+                regex: "(?s)^dev:.*$".into(),
+            })
+            .query;
         assert!(
             q.sql.contains(
                 "startsWith(state_id, {prefix:String}) AND match(state_id, {regex:String})"
             )
         );
-        let q = s.get_all(&Filter::Match {
-            prefix: String::new(),
-            regex: "(?s)^.*x$".into(),
-        });
+        let q = s
+            .get_all(&Filter::Match {
+                prefix: String::new(),
+                regex: "(?s)^.*x$".into(),
+            })
+            .query;
         assert!(!q.sql.contains("startsWith"));
     }
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::config::LockMode;
@@ -35,28 +35,6 @@ pub const MAX_STATE_BYTES: usize = 8 << 20;
 pub struct Store<T, H> {
     pub(crate) exec: Exec<T, H>,
     pub(crate) locks: Locks,
-}
-
-#[derive(Deserialize)]
-struct StoredRow {
-    partial_state: Option<String>,
-    completed_state: Option<String>,
-    updated_at_ms: u64,
-}
-
-#[derive(Deserialize)]
-struct ListedRow {
-    state_id: String,
-    #[serde(default)]
-    partial_state: Option<String>,
-    #[serde(default)]
-    completed_state: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct VersionRow {
-    state_id: String,
-    version: u64,
 }
 
 #[derive(Serialize)]
@@ -106,8 +84,7 @@ impl<T: Transport, H: Host> Store<T, H> {
     }
 
     fn get_versioned(&self, state_id: &str) -> Result<Option<(State, u64)>> {
-        let body = self.exec.run(&self.exec.sql.get(state_id))?;
-        let Some(row) = rows::first::<StoredRow>(&body)? else {
+        let Some(row) = self.exec.fetch_first(&self.exec.sql.get(state_id))? else {
             return Ok(None);
         };
         let state = State {
@@ -241,8 +218,9 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn state_ids(&self, pattern: Option<&str>) -> Result<Vec<String>> {
         let filter = glob::filter(pattern)?;
-        let body = self.exec.run(&self.exec.sql.state_ids(&filter))?;
-        Ok(rows::all::<ListedRow>(&body)?
+        Ok(self
+            .exec
+            .fetch(&self.exec.sql.state_ids(&filter))?
             .into_iter()
             .map(|row| row.state_id)
             .collect())
@@ -250,8 +228,9 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn get_all(&self, pattern: Option<&str>) -> Result<Vec<State>> {
         let filter = glob::filter(pattern)?;
-        let body = self.exec.run(&self.exec.sql.get_all(&filter))?;
-        Ok(rows::all::<ListedRow>(&body)?
+        Ok(self
+            .exec
+            .fetch(&self.exec.sql.get_all(&filter))?
             .into_iter()
             .map(|row| State {
                 state_id: row.state_id,
@@ -280,9 +259,8 @@ impl<T: Transport, H: Host> Store<T, H> {
             return Ok(0);
         }
         // Each id's own newest version, so each write lands above it (one read, one insert).
-        let body = self.exec.run(&self.exec.sql.versions())?;
         let mut stored: HashMap<String, u64> = HashMap::new();
-        for row in rows::all::<VersionRow>(&body)? {
+        for row in self.exec.fetch(&self.exec.sql.versions())? {
             stored.insert(row.state_id, row.version);
         }
         let now = self.exec.host.now_ms();

@@ -204,16 +204,16 @@ fn every_kind_sends_settings_the_engine_accepts() {
             let token = format!("t{n}");
             let queries: Vec<Query> = vec![
                 sql.insert_states(row(n), &token),
-                sql.get("s"),
+                sql.get("s").query,
                 sql.version_of("s"),
                 sql.log_insert(log_row.to_vec(), &token),
-                sql.log_state("s"),
-                sql.log_claims("s", 1, true),
+                sql.log_state("s").query,
+                sql.log_claims("s", 1, true).query,
                 sql.lock_insert(
                     br#"{"state_id":"s","lock_id":"l","locked_at":1}"#.to_vec(),
                     &token,
                 ),
-                sql.lock_candidates("s", 0),
+                sql.lock_candidates("s", 0).query,
                 sql.lock_delete("s", "l"),
                 sql.log_prune("s", 0),
                 sql.delete_up_to("s", 1),

@@ -22,37 +22,20 @@
 //! was forced open or expired). So a holder that lost its lock can never overwrite what a later
 //! holder wrote, whatever the clocks do.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::{Attempt, LockHandle, Locks, Prefetch, StoredRow};
+use super::{Attempt, LockHandle, Locks, Prefetch};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
 use crate::rows;
+pub use crate::rows::{Claim, Newest};
 
 /// Old generations are pruned once in this many grants.
 const PRUNE_EVERY: u64 = 1024;
 /// How many old generations pruning keeps.
 const PRUNE_KEEP: u64 = 16;
-
-/// The newest generation of an id, folded (`sql::Statements::log_state`).
-#[derive(Deserialize, Debug, Default, Clone, PartialEq, Eq, Hash)]
-pub struct Newest {
-    pub generation: u64,
-    #[serde(rename = "holder")]
-    pub owner: String,
-    #[serde(rename = "acquired_at")]
-    pub acquired_at_ms: u64,
-    #[serde(rename = "lease_until")]
-    pub lease_until_ms: u64,
-    #[serde(rename = "grant_floor")]
-    pub floor_ms: u64,
-    pub released: u8,
-    #[serde(rename = "release_cap")]
-    pub release_cap_ms: u64,
-    pub forced: u8,
-}
 
 // The decisions below are pure, so that the model checker (`model/`) runs these very functions.
 impl Newest {
@@ -94,21 +77,6 @@ impl Newest {
             expires_at_ms: self.lease_until_ms,
         }
     }
-}
-
-/// One claim on a generation as its read-back sees it (`sql::Statements::log_claims`).
-#[derive(Deserialize, Debug, Clone, Default)]
-pub struct Claim {
-    pub owner: String,
-    pub at_ms: u64,
-    pub until_ms: u64,
-    /// The newest generation of the id in the log.
-    pub newest: u64,
-    /// The lease end of the generation the claim replaces, renewals included.
-    #[serde(default)]
-    pub previous_until: u64,
-    #[serde(default)]
-    pub stored: Vec<StoredRow>,
 }
 
 /// What a claim's read-back decides.
@@ -179,8 +147,9 @@ struct LogRow<'a> {
 }
 
 fn newest<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Newest> {
-    let body = exec.run(&exec.sql.log_state(state_id))?;
-    Ok(rows::first(&body)?.unwrap_or_default())
+    Ok(exec
+        .fetch_first(&exec.sql.log_state(state_id))?
+        .unwrap_or_default())
 }
 
 fn append<T: Transport, H: Host>(exec: &Exec<T, H>, row: &LogRow<'_>, token: &str) -> Result<()> {
@@ -254,7 +223,8 @@ fn claim<T: Transport, H: Host>(
         last_written_ms: 0,
         mode: LockMode::Fenced,
     };
-    let body = match exec.run(&exec.sql.log_claims(state_id, generation, with_state)) {
+    let read = exec.sql.log_claims(state_id, generation, with_state);
+    let body = match exec.run(&read.query) {
         Ok(body) => body,
         // The claim is in the log or not, and nobody knows which: if it won, the id would stay
         // locked for a whole lease by a holder that does not know it holds it. Keep it, so that

@@ -49,8 +49,8 @@ pub struct Locks {
     pub(crate) in_doubt: RefCell<HashMap<String, LockHandle>>,
 }
 
-/// A state read together with the grant: partial, completed (NULL as none) and version.
-pub type StoredRow = (Option<String>, Option<String>, u64);
+/// A state read together with the grant (see `rows::StoredTuple`).
+pub use crate::rows::StoredTuple as StoredRow;
 
 /// What a grant brought along.
 pub enum Prefetch {

@@ -16,21 +16,14 @@
 //! collapse candidates (they share the sort key), and a Python contender whose insert lands late
 //! can still pick itself. There are no fencing tokens (the token is 0).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::{Attempt, LockHandle, Prefetch};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host};
 use crate::http::Transport;
-use crate::rows;
-
-/// A live candidate, as `sql::Statements::lock_candidates` reads it.
-#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub lock_id: String,
-    pub locked_at_s: u64,
-}
+pub use crate::rows::Candidate;
 
 #[derive(Serialize)]
 struct CandidateRow<'a> {
@@ -197,6 +190,5 @@ fn candidates<T: Transport, H: Host>(
     state_id: &str,
     cutoff_s: u64,
 ) -> Result<Vec<Candidate>> {
-    let body = exec.run(&exec.sql.lock_candidates(state_id, cutoff_s))?;
-    rows::all(&body)
+    exec.fetch(&exec.sql.lock_candidates(state_id, cutoff_s))
 }
