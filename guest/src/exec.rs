@@ -8,9 +8,8 @@ use crate::config::Config;
 use crate::deployment::{self, Consistency, Kind, Observed};
 use crate::error::{Error, Result};
 use crate::http::{Client, Transport};
-use crate::rows;
+use crate::rows::{self, Decode, FromRow};
 use crate::sql::{Query, Read, Statements};
-use serde::de::DeserializeOwned;
 
 /// What the guest asks of its host besides HTTP: time, randomness and a log.
 pub trait Host {
@@ -69,12 +68,12 @@ impl<T: Transport, H: Host> Exec<T, H> {
     }
 
     /// Runs a read and decodes every row of its answer.
-    pub fn fetch<R: DeserializeOwned>(&self, read: &Read<R>) -> Result<Vec<R>> {
+    pub fn fetch<R: Decode>(&self, read: &Read<R>) -> Result<Vec<R>> {
         rows::all(&self.run(&read.query)?)
     }
 
     /// Runs a read and decodes the first row of its answer, if any.
-    pub fn fetch_first<R: DeserializeOwned>(&self, read: &Read<R>) -> Result<Option<R>> {
+    pub fn fetch_first<R: FromRow>(&self, read: &Read<R>) -> Result<Option<R>> {
         rows::first(&self.run(&read.query)?)
     }
 

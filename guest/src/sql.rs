@@ -56,6 +56,14 @@ impl Query {
         }
     }
 
+    /// This query as a read of TabSeparated rows of type `R`.
+    fn read_tsv<R>(self) -> Read<R> {
+        Read {
+            query: self,
+            row: PhantomData,
+        }
+    }
+
     fn new(sql: String) -> Self {
         Query {
             sql,
@@ -353,30 +361,30 @@ impl Statements {
     }
 
     /// Matching ids, sorted, as JSONEachRow `{"state_id"}`.
-    pub fn state_ids(&self, filter: &Filter) -> Read<rows::Listed> {
+    pub fn state_ids(&self, filter: &Filter) -> Read<rows::Id> {
         let (condition, query) = where_filter(filter);
         Query {
             sql: format!(
-                "SELECT state_id FROM {} FINAL{condition} ORDER BY state_id FORMAT JSONEachRow",
+                "SELECT state_id FROM {} FINAL{condition} ORDER BY state_id FORMAT TabSeparated",
                 self.state
             ),
             ..query
         }
-        .read()
+        .read_tsv()
     }
 
-    /// Matching states, sorted by id, as JSONEachRow.
+    /// Matching states, sorted by id, as TabSeparated (id, partial, completed; NULL as empty).
     pub fn get_all(&self, filter: &Filter) -> Read<rows::Listed> {
         let (condition, query) = where_filter(filter);
         Query {
             sql: format!(
-                "SELECT state_id, partial_state, completed_state FROM {} FINAL{condition} \
-                 ORDER BY state_id FORMAT JSONEachRow",
+                "SELECT state_id, ifNull(partial_state, ''), ifNull(completed_state, '') \
+                 FROM {} FINAL{condition} ORDER BY state_id FORMAT TabSeparated",
                 self.state
             ),
             ..query
         }
-        .read()
+        .read_tsv()
     }
 
     pub fn count(&self) -> Query {

@@ -222,7 +222,7 @@ impl<T: Transport, H: Host> Store<T, H> {
             .exec
             .fetch(&self.exec.sql.state_ids(&filter))?
             .into_iter()
-            .map(|row| row.state_id)
+            .map(|id| id.0)
             .collect())
     }
 
@@ -234,8 +234,8 @@ impl<T: Transport, H: Host> Store<T, H> {
             .into_iter()
             .map(|row| State {
                 state_id: row.state_id,
-                partial: or_empty(row.partial_state),
-                completed: or_empty(row.completed_state),
+                partial: or_empty(Some(row.partial_state)),
+                completed: or_empty(Some(row.completed_state)),
             })
             .collect())
     }
