@@ -83,6 +83,32 @@ def test_a_complete_state_resets_the_partial(manager):
     assert state.completed_state == {"singer_state": {"bookmarks": {"a": 9}}}
 
 
+def test_update_is_one_call_to_the_component(manager, monkeypatch):
+    calls: list[str] = []
+    send = manager._bridge.call
+
+    def counted(method, **params):
+        calls.append(method)
+        return send(method, **params)
+
+    monkeypatch.setattr(manager._bridge, "call", counted)
+    sid = "dev:one-call"
+    manager.update(MeltanoState(sid, {"singer_state": {"bookmarks": {"a": 1}}}, {}))
+    manager.update(MeltanoState(sid, {"singer_state": {"bookmarks": {"b": 2}}}, {}))
+    assert calls == ["update", "update"]
+    assert manager.get(sid).partial_state == {"singer_state": {"bookmarks": {"a": 1, "b": 2}}}
+    # While this manager holds the lock itself, Meltano's own update runs under it (the
+    # component's would wait for that lock), its write fenced by the lock's token.
+    calls.clear()
+    with manager.acquire_lock(sid, retry_seconds=1):
+        manager.update(MeltanoState(sid, {"singer_state": {"bookmarks": {"c": 3}}}, {}))
+    assert "update" not in calls and "set_locked" in calls
+    assert manager.get(sid).partial_state["singer_state"]["bookmarks"] == {"a": 1, "b": 2, "c": 3}
+    # A complete state carrying a partial one keeps Meltano's meaning: both parts as given.
+    manager.update(MeltanoState(sid, {"p": 1}, {"singer_state": {"done": True}}))
+    assert manager.get(sid) == MeltanoState(sid, {"p": 1}, {"singer_state": {"done": True}})
+
+
 def test_clear_bulk_and_patterns(manager):
     ids = ["dev:tap_a-to-x", "dev:tapXa-to-x", "dev:tap%b-to-x", "prod:tap-a-to-x", "dev:ünï'\"\\"]
     written = manager.set_all(MeltanoState(i, {}, {"singer_state": {"id": i}}) for i in ids)

@@ -1,10 +1,12 @@
 """Meltano's ``StateStoreManager`` for ``clickhouse://`` URIs, delegating to the component.
 
-Meltano's own ``update`` and ``clear`` (final in the base class) run unchanged: they take
-:meth:`acquire_lock` and call :meth:`get`, :meth:`set` and :meth:`delete` inside it. While this
-manager holds the lock of an id, ``set`` and ``delete`` of that id go to the component as
-fenced writes under the lock's token, so a holder that lost its lock cannot overwrite newer
-state.
+``update`` (one per STATE message) is the component's own ``update``, one call that takes the
+lock, reads, merges as Meltano does, writes under the lock's token and releases; Meltano's
+version of it (four calls, one more query) runs only while this manager itself holds the lock of
+that id. Meltano's ``clear`` runs unchanged: it takes :meth:`acquire_lock` and calls
+:meth:`delete` inside it. While this manager holds the lock of an id, ``set`` and ``delete`` of
+that id go to the component as fenced writes under the lock's token, so a holder that lost its
+lock cannot overwrite newer state.
 """
 
 from __future__ import annotations
@@ -196,6 +198,30 @@ class ClickHouseStateStoreManager(StateStoreManager):
             partial_state=_json_part(value.get("partial"), state_id),
             completed_state=_json_part(value.get("completed"), state_id),
         )
+
+    def update(self, state: MeltanoState) -> None:  # type: ignore[misc]
+        """Meltano's ``update`` (final in the base class, by type hint only) as one call.
+
+        The component does what Meltano's does: under the lock, a partial state is merged into
+        the stored one and a complete state replaces both. One bridge call and one query fewer
+        than Meltano's four calls. While this manager holds the lock of the id itself, Meltano's
+        merge runs under that lock (the component's update would wait for it, Meltano's own would
+        try to take it again); a complete state that also carries a partial one takes Meltano's
+        path.
+        """
+        if state.state_id in self._held:
+            # Under this manager's own lock: Meltano's merge, written under that lock.
+            to_write = state
+            if not state.is_complete() and (current := self.get(state.state_id)):
+                current.merge_partial(state)
+                to_write = current
+            self.set(to_write)
+        elif state.is_complete() and state.partial_state:
+            # Meltano writes a complete state's partial part as given, where the component
+            # resets it: that rare shape takes Meltano's path.
+            super().update(state)
+        else:
+            self._call("update", **self._state_params(state))
 
     def set(self, state: MeltanoState) -> None:
         """Overwrites both parts; fenced by the lock's token when this manager holds it."""
