@@ -1,9 +1,9 @@
 """Meltano's ``StateStoreManager`` for ``clickhouse://`` URIs, delegating to the component.
 
 ``update`` (one per STATE message) is the component's own ``update``, one call that takes the
-lock, reads, merges as Meltano does, writes under the lock's token and releases; Meltano's
-version of it (four calls, one more query) runs only while this manager itself holds the lock of
-that id. Meltano's ``clear`` runs unchanged: it takes :meth:`acquire_lock` and calls
+lock, reads, merges as Meltano does, writes under the lock's token and releases (see
+:meth:`ClickHouseStateStoreManager.update` for the two cases that keep Meltano's way). Meltano's
+``clear`` runs unchanged: it takes :meth:`acquire_lock` and calls
 :meth:`delete` inside it. While this manager holds the lock of an id, ``set`` and ``delete`` of
 that id go to the component as fenced writes under the lock's token, so a holder that lost its
 lock cannot overwrite newer state.
