@@ -75,7 +75,11 @@ impl Row {
 
     /// An unsigned integer column.
     pub fn number(&mut self, column: &str) -> Result<u64> {
-        as_number(self.0.remove(column).as_ref()).ok_or_else(|| Row::wrong(column, "a number"))
+        self.0
+            .remove(column)
+            .as_ref()
+            .and_then(Value::as_u64)
+            .ok_or_else(|| Row::wrong(column, "a number"))
     }
 
     /// An unsigned integer column that may be absent (then 0).
@@ -107,18 +111,15 @@ impl Row {
     }
 }
 
-fn as_number(value: Option<&Value>) -> Option<u64> {
-    value.and_then(Value::as_u64)
+fn as_text(value: &Value) -> Option<String> {
+    value.as_str().map(str::to_string)
 }
 
-fn as_text(value: Option<&Value>) -> Option<String> {
-    value.and_then(Value::as_str).map(str::to_string)
-}
-
-fn as_optional_text(value: Option<&Value>) -> Option<Option<String>> {
+/// A `Nullable(String)` inside a tuple: `Some(None)` for null, `None` for anything else.
+fn as_optional_text(value: &Value) -> Option<Option<String>> {
     match value {
-        Some(Value::Null) => Some(None),
-        Some(Value::String(text)) => Some(Some(text.clone())),
+        Value::Null => Some(None),
+        Value::String(text) => Some(Some(text.clone())),
         _ => None,
     }
 }
@@ -330,9 +331,9 @@ impl FromRow for Claim {
             previous_until: row.number_or_zero("previous_until")?,
             stored: row.tuples("stored", |fields| match fields {
                 [partial, completed, version] => Some((
-                    as_optional_text(Some(partial))?,
-                    as_optional_text(Some(completed))?,
-                    as_number(Some(version))?,
+                    as_optional_text(partial)?,
+                    as_optional_text(completed)?,
+                    version.as_u64()?,
                 )),
                 _ => None,
             })?,
@@ -374,12 +375,12 @@ impl FromRow for Observed {
     fn from_row(mut row: Row) -> Result<Self> {
         Ok(Observed {
             tables: row.tuples("tables", |fields| match fields {
-                [name, engine] => Some((as_text(Some(name))?, as_text(Some(engine))?)),
+                [name, engine] => Some((as_text(name)?, as_text(engine)?)),
                 _ => None,
             })?,
             replica_macro: u8::from(row.number("replica_macro")? != 0),
             clusters: row.tuples("clusters", |fields| match fields {
-                [name, replicas] => Some((as_text(Some(name))?, as_number(Some(replicas))?)),
+                [name, replicas] => Some((as_text(name)?, replicas.as_u64()?)),
                 _ => None,
             })?,
             dedup_setting: u8::from(row.number_or_zero("dedup_setting")? != 0),

@@ -397,11 +397,15 @@ async fn start_serving(
         };
         return Err((e.error.into(), Some(setting)));
     }
-    if let Err(error) = options.tls.client_config() {
-        let setting = options.tls.culprit().map(str::to_string);
-        return Err((error, setting));
-    }
-    let runtime = Runtime::load(component, options).map_err(|e| (e, None))?;
+    // Loading builds the TLS configuration once; a configuration error there is about a file.
+    let tls = options.tls.clone();
+    let runtime = Runtime::load(component, options).map_err(|e| {
+        let setting = match e {
+            Error::InvalidConfig(_) => tls.culprit().map(str::to_string),
+            _ => None,
+        };
+        (e, setting)
+    })?;
     runtime.open(uri, settings).await.map_err(|e| (e, None))
 }
 

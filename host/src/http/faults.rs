@@ -43,14 +43,11 @@ impl Exchange for Faulty {
         options: RequestOptions,
         addresses: AddressAllowance,
     ) -> Exchanging {
-        let fault = self.plan.fault(request.method(), request.uri());
+        let Some(fault) = self.plan.fault(request.method(), request.uri()) else {
+            return self.sender.exchange(request, options, addresses);
+        };
         let sender = self.sender.clone();
-        Box::pin(async move {
-            match fault {
-                None => sender.send(request, options, addresses).await,
-                Some(fault) => apply(fault, sender, request, options, addresses).await,
-            }
-        })
+        Box::pin(async move { apply(fault, sender, request, options, addresses).await })
     }
 }
 

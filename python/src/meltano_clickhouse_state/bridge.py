@@ -260,7 +260,10 @@ class Bridge:
         if "ready" in line:
             return
         error = line.get("error") or {}
-        self._process.wait(timeout=10)
+        try:
+            self._process.wait(timeout=10)  # it exits after saying why
+        except subprocess.TimeoutExpired:
+            self._process.kill()
         raise BackendError(
             error.get("kind", "host"),
             error.get("message", "the host could not start"),
