@@ -163,6 +163,26 @@ impl GuestStore for StoreResource {
     fn migrate(&self) -> Result<(), wit::Error> {
         self.inner.migrate().map_err(to_wit)
     }
+
+    fn idle(&self) -> Result<Option<u64>, wit::Error> {
+        self.inner.idle().map_err(to_wit)
+    }
+
+    fn close(&self) -> Result<(), wit::Error> {
+        self.inner.close().map_err(to_wit)
+    }
+}
+
+impl Drop for StoreResource {
+    fn drop(&mut self) {
+        // Best effort: kept locks nobody gives back still expire with their lease.
+        if let Err(e) = self.inner.close() {
+            WasiHost.log(
+                Level::Warn,
+                &format!("giving back kept locks at close failed: {e}"),
+            );
+        }
+    }
 }
 
 impl StoreResource {

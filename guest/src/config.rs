@@ -98,6 +98,8 @@ pub struct Config {
     pub lock_retry_ms: u64,
     pub lock_mode: LockMode,
     pub lock_lease_ms: u64,
+    /// How long an `update` keeps its lock for the next one (fenced mode; 0: released at once).
+    pub lock_linger_ms: u64,
     pub lock_settle_ms: u64,
     pub retries: u32,
     pub retry_backoff_ms: u64,
@@ -200,6 +202,7 @@ struct UriParts {
     lock_retry_ms: Option<u64>,
     lock_mode: Option<LockMode>,
     lock_lease_ms: Option<u64>,
+    lock_linger_ms: Option<u64>,
     lock_settle_ms: Option<u64>,
     retries: Option<u32>,
     retry_backoff_ms: Option<u64>,
@@ -271,6 +274,9 @@ impl UriParts {
             }
             "lock_retry_seconds" => self.lock_retry_ms = Some(parse_seconds(name, value, false)?),
             "lock_lease_seconds" => self.lock_lease_ms = Some(parse_seconds(name, value, false)?),
+            "lock_linger_seconds" => {
+                self.lock_linger_ms = Some(parse_seconds(name, value, true)?);
+            }
             "lock_settle_seconds" => {
                 self.lock_settle_ms = Some(parse_seconds(name, value, true)?);
             }
@@ -372,6 +378,7 @@ impl UriParts {
             lock_retry_ms: self.lock_retry_ms.unwrap_or(DEFAULT_LOCK_RETRY_MS),
             lock_mode: self.lock_mode.unwrap_or(LockMode::Fenced),
             lock_lease_ms: self.lock_lease_ms.unwrap_or(DEFAULT_LOCK_LEASE_MS),
+            lock_linger_ms: self.lock_linger_ms.unwrap_or(0),
             lock_settle_ms: self.lock_settle_ms.unwrap_or(DEFAULT_LOCK_SETTLE_MS),
             retries: self.retries.unwrap_or(DEFAULT_RETRIES),
             retry_backoff_ms: self.retry_backoff_ms.unwrap_or(DEFAULT_RETRY_BACKOFF_MS),

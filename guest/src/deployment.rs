@@ -76,8 +76,12 @@ impl Consistency {
         match role {
             Role::Read | Role::Mutation => vec![],
             Role::Deciding => vec![("select_sequential_consistency", "1")],
-            Role::Insert => {
+            Role::Insert | Role::GuardedInsert => {
                 let mut settings = vec![("async_insert", "0"), ("insert_deduplicate", "1")];
+                if role == Role::GuardedInsert {
+                    // Its WHERE decides whether it writes: a deciding read.
+                    settings.push(("select_sequential_consistency", "1"));
+                }
                 if self.deduplicate_insert {
                     settings.push(("deduplicate_insert", "enable"));
                 }

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use crate::config::Config;
 use crate::deployment::{self, Consistency, Kind, Observed};
 use crate::error::{Error, Result};
-use crate::http::{Client, Transport};
+use crate::http::{Answer, Client, Transport};
 use crate::rows::{self, Decode, FromRow};
 use crate::sql::{Query, Read, Statements};
 
@@ -61,6 +61,16 @@ impl<T: Transport, H: Host> Exec<T, H> {
     /// Meltano never calls `migrate` for a new backend, and a table the Python backend created
     /// may lack its lock tables.
     pub fn run(&self, query: &Query) -> Result<Vec<u8>> {
+        self.run_answer(query).map(|answer| answer.body)
+    }
+
+    /// Runs an `INSERT ... SELECT ... WHERE` and returns how many rows it wrote: `None` when
+    /// the server did not say (no summary header), which callers treat as "find out".
+    pub fn run_written(&self, query: &Query) -> Result<Option<u64>> {
+        self.run_answer(query).map(|answer| answer.written_rows)
+    }
+
+    fn run_answer(&self, query: &Query) -> Result<Answer> {
         if !self.checked.get() {
             self.check_deployment()?;
         }
@@ -77,12 +87,12 @@ impl<T: Transport, H: Host> Exec<T, H> {
         rows::first(&self.run(&read.query)?)
     }
 
-    fn run_checked(&self, query: &Query) -> Result<Vec<u8>> {
+    fn run_checked(&self, query: &Query) -> Result<Answer> {
         let mut migrated = false;
         let mut attempt = 0u32;
         loop {
             let settings = self.consistency.get().settings(query.role);
-            match self.client.execute_with(query, &settings) {
+            match self.client.answer(query, &settings) {
                 Err(e) if e.is_missing_schema() && !migrated => {
                     self.host.log(
                         Level::Info,
@@ -130,7 +140,7 @@ impl<T: Transport, H: Host> Exec<T, H> {
     /// tables gets a warning, not a refusal.
     fn check_deployment(&self) -> Result<Kind> {
         let body = match self.run_checked(&self.sql.deployment().query) {
-            Ok(body) => body,
+            Ok(answer) => answer.body,
             // ACCESS_DENIED on the system tables (or a wrong password, which the next query
             // reports again).
             Err(Error::Unauthorized(e)) => {

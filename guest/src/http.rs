@@ -7,7 +7,7 @@
 
 use crate::config::{Config, Scheme, Secret};
 use crate::error::{Error, Result, ServerError};
-use crate::sql::{Query, escape_param};
+use crate::sql::{Query, Role, escape_param};
 
 /// An HTTP request, as the transport sends it. The body is shared with the query it came from,
 /// so sending (and resending) a large insert copies nothing.
@@ -34,6 +34,28 @@ impl Response {
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub body: Vec<u8>,
+    /// `written_rows` of the `X-ClickHouse-Summary` header; `None` when the header is missing
+    /// or unreadable (a proxy may drop it), so that callers cannot mistake that for zero.
+    pub written_rows: Option<u64>,
+}
+
+/// `written_rows` of a summary header: `{"read_rows":"1",...,"written_rows":"0",...}`, numbers
+/// as strings (as plain numbers tolerated).
+fn written_rows(summary: &str) -> Option<u64> {
+    match serde_json::from_str::<serde_json::Value>(summary)
+        .ok()?
+        .get("written_rows")?
+    {
+        serde_json::Value::String(text) => text.parse().ok(),
+        serde_json::Value::Number(n) => n.as_u64(),
+        _ => None,
     }
 }
 
@@ -86,12 +108,23 @@ impl<T: Transport> Client<T> {
 
     /// Runs a query with more settings (the deployment's, see `deployment::Consistency`).
     pub fn execute_with(&self, query: &Query, settings: &[(&str, &str)]) -> Result<Vec<u8>> {
+        self.answer(query, settings).map(|answer| answer.body)
+    }
+
+    /// Runs a query; returns the body with what the summary header counted.
+    pub fn answer(&self, query: &Query, settings: &[(&str, &str)]) -> Result<Answer> {
         let request = self.request(query, settings);
         let response = self
             .transport
             .send(request)
             .map_err(|e| self.transport_error(e))?;
-        self.check(response)
+        let written_rows = response
+            .header("X-ClickHouse-Summary")
+            .and_then(written_rows);
+        Ok(Answer {
+            body: self.check(response)?,
+            written_rows,
+        })
     }
 
     fn request(&self, query: &Query, settings: &[(&str, &str)]) -> Request {
@@ -107,12 +140,17 @@ impl<T: Transport> Client<T> {
         for (name, value) in &query.params {
             url.append_pair(&format!("param_{name}"), &escape_param(value));
         }
-        // INSERT data goes in the body, so the statement goes in the URL; everything else
-        // sends the statement as the body.
+        // INSERT data goes in the body, so the statement goes in the URL; so does every other
+        // INSERT's (an `INSERT ... SELECT` has an empty body), so that each write shows in the
+        // request line. Everything else sends the statement as the body.
         let body = match &query.data {
             Some(data) => {
                 url.append_pair("query", &query.sql);
                 std::rc::Rc::clone(data)
+            }
+            None if matches!(query.role, Role::Insert | Role::GuardedInsert) => {
+                url.append_pair("query", &query.sql);
+                std::rc::Rc::from(&[][..])
             }
             None => query.sql.as_bytes().into(),
         };
@@ -325,6 +363,17 @@ mod tests {
             }),
             seen: RefCell::new(Vec::new()),
         }
+    }
+
+    #[test]
+    fn written_rows_come_from_the_summary_header_or_are_unknown() {
+        assert_eq!(
+            written_rows(r#"{"read_rows":"1","written_rows":"1","elapsed_ns":"4505959"}"#),
+            Some(1)
+        );
+        assert_eq!(written_rows(r#"{"written_rows":0}"#), Some(0));
+        assert_eq!(written_rows(r#"{"read_rows":"1"}"#), None);
+        assert_eq!(written_rows("not json"), None);
     }
 
     fn config() -> Config {

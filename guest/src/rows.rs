@@ -308,6 +308,36 @@ impl FromRow for Newest {
     }
 }
 
+/// What an `update` reads before it claims (`Statements::log_outlook`): the newest generation
+/// (generation 0 when the id was never locked) and the stored state.
+#[derive(Debug, Clone, Default)]
+pub struct Outlook {
+    pub newest: Newest,
+    pub stored: Option<StoredTuple>,
+}
+
+impl FromRow for Outlook {
+    fn from_row(row: Row) -> Result<Self> {
+        let mut row = row;
+        let mut stored = stored_tuples(&mut row)?;
+        Ok(Outlook {
+            stored: stored.pop(),
+            newest: Newest::from_row(row)?,
+        })
+    }
+}
+
+fn stored_tuples(row: &mut Row) -> Result<Vec<StoredTuple>> {
+    row.tuples("stored", |fields| match fields {
+        [partial, completed, version] => Some((
+            as_optional_text(partial)?,
+            as_optional_text(completed)?,
+            version.as_u64()?,
+        )),
+        _ => None,
+    })
+}
+
 /// One claim on a generation as its read-back sees it (`Statements::log_claims`).
 #[derive(Debug, Clone, Default)]
 pub struct Claim {
@@ -329,14 +359,7 @@ impl FromRow for Claim {
             until_ms: row.number("until_ms")?,
             newest: row.number("newest")?,
             previous_until: row.number_or_zero("previous_until")?,
-            stored: row.tuples("stored", |fields| match fields {
-                [partial, completed, version] => Some((
-                    as_optional_text(partial)?,
-                    as_optional_text(completed)?,
-                    version.as_u64()?,
-                )),
-                _ => None,
-            })?,
+            stored: stored_tuples(&mut row)?,
         })
     }
 }

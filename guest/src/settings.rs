@@ -140,6 +140,15 @@ pub const SETTINGS: &[Setting] = &[
         "60",
     ),
     setting(
+        "lock_linger_seconds",
+        None,
+        Some("0"),
+        "0 (5 when served, as for Meltano)",
+        "fenced mode: an `update` keeps its lock for the next `update` of the id (one round \
+         trip), and gives it back once idle this long",
+        "2",
+    ),
+    setting(
         "lock_settle_seconds",
         None,
         Some("1"),

@@ -37,6 +37,9 @@ pub enum Role {
     /// An INSERT: acknowledged only once stored where deciding reads see it, deduplicated by
     /// its token when retried.
     Insert,
+    /// An `INSERT ... SELECT ... WHERE` whose condition reads what decides it (the lock log,
+    /// the stored version): an insert and a deciding read at once.
+    GuardedInsert,
     /// A DELETE or TRUNCATE.
     Mutation,
 }
@@ -339,6 +342,59 @@ impl Statements {
         query
     }
 
+    /// Writes one state only if `guard` holds when the server evaluates it (see [`Guard`]):
+    /// `written_rows` in the summary says whether it did. The state travels as query
+    /// parameters, so this is for states up to [`GUARDED_MAX_BYTES`]; `guard_holds` is the
+    /// same condition as a read, for larger ones.
+    pub fn write_guarded(&self, state: StateRow<'_>, guard: &Guard, token: &str) -> Query {
+        let (condition, query) = guard_condition(self, guard);
+        let query = Query {
+            sql: format!(
+                "INSERT INTO {} (state_id, partial_state, completed_state, updated_at) \
+                 SELECT {{id:String}}, {{partial:String}}, {{completed:String}}, \
+                 fromUnixTimestamp64Milli(toInt64({{version:UInt64}})) WHERE {condition}",
+                self.state
+            ),
+            ..query
+        };
+        state
+            .bind(query)
+            .param("version", state.version_ms.to_string())
+            .insert(token)
+            .role(Role::GuardedInsert)
+    }
+
+    /// Whether `guard` holds now, as one number (1 or 0): the guarded write's condition for a
+    /// state too large for query parameters, which then goes as a plain insert.
+    pub fn guard_holds(&self, guard: &Guard) -> Query {
+        let (condition, query) = guard_condition(self, guard);
+        Query {
+            sql: format!("SELECT toUInt8({condition})"),
+            ..query
+        }
+        .deciding()
+    }
+
+    /// Overwrites one state in one round trip, its version computed by the server: the
+    /// caller's clock, but above anything stored (`set`). For states up to
+    /// [`GUARDED_MAX_BYTES`].
+    pub fn set_above_stored(&self, state: StateRow<'_>, token: &str) -> Query {
+        let query = Query::new(format!(
+            "INSERT INTO {state} (state_id, partial_state, completed_state, updated_at) \
+             SELECT {{id:String}}, {{partial:String}}, {{completed:String}}, \
+             fromUnixTimestamp64Milli(greatest(toInt64({{version:UInt64}}), \
+             (SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {state} \
+             WHERE state_id = {{id:String}}) + 1))",
+            state = self.state
+        ))
+        .param("id", state.state_id);
+        state
+            .bind(query)
+            .param("version", state.version_ms.to_string())
+            .insert(token)
+            .role(Role::GuardedInsert)
+    }
+
     pub fn delete(&self, state_id: &str) -> Query {
         Query::new(format!(
             "DELETE FROM {} WHERE state_id = {{id:String}}",
@@ -439,14 +495,7 @@ impl Statements {
     /// "release_cap", "forced"}` (times in unix milliseconds).
     pub fn log_state(&self, state_id: &str) -> Read<rows::Newest> {
         Query::new(format!(
-            "SELECT generation, argMinIf(owner, at_ms, event = 'acquire') AS holder, \
-             minIf(at_ms, event = 'acquire') AS acquired_at, \
-             maxIf(until_ms, event IN ('acquire', 'renew')) AS lease_until, \
-             maxIf(floor_ms, event = 'acquire') AS grant_floor, \
-             countIf(event = 'release') > 0 AS released, \
-             maxIf(until_ms, event = 'release') AS release_cap, \
-             countIf(event = 'force') > 0 AS forced \
-             FROM {log} WHERE state_id = {{id:String}} \
+            "SELECT generation, {NEWEST_FOLD} FROM {log} WHERE state_id = {{id:String}} \
              AND generation = (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) \
              GROUP BY generation FORMAT JSONEachRow",
             log = self.log
@@ -454,6 +503,36 @@ impl Statements {
         .param("id", state_id)
         .deciding()
         .read()
+    }
+
+    /// What an `update` needs before it claims, in one row: the newest generation as
+    /// `log_state` folds it (generation 0 when the id was never locked) and the stored state
+    /// (`"stored": [[partial, completed, version]]`, or `[]`).
+    pub fn log_outlook(&self, state_id: &str) -> Read<rows::Outlook> {
+        Query::new(format!(
+            // No GROUP BY: one row even for an id never locked (its aggregates are zeros).
+            // The table is aliased so that `l.generation` is the column, not the result.
+            "SELECT max(l.generation) AS generation, {NEWEST_FOLD}{stored} FROM {log} AS l \
+             WHERE l.state_id = {{id:String}} \
+             AND l.generation = (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) \
+             FORMAT JSONEachRow",
+            log = self.log,
+            stored = self.stored_column()
+        ))
+        .param("id", state_id)
+        .deciding()
+        .read()
+    }
+
+    /// A column `stored` with the stored state of `{id}`: `[[partial, completed, version]]`,
+    /// or `[]`.
+    fn stored_column(&self) -> String {
+        format!(
+            ", (SELECT groupArray(tuple(partial_state, completed_state, \
+             toUnixTimestamp64Milli(updated_at))) FROM (SELECT partial_state, completed_state, \
+             updated_at FROM {} FINAL WHERE state_id = {{id:String}} LIMIT 1)) AS stored",
+            self.state
+        )
     }
 
     /// Who asked for generation `generation` of an id, the newest generation now, and the lease
@@ -468,12 +547,7 @@ impl Statements {
         with_state: bool,
     ) -> Read<rows::Claim> {
         let stored = if with_state {
-            format!(
-                ", (SELECT groupArray(tuple(partial_state, completed_state, \
-                 toUnixTimestamp64Milli(updated_at))) FROM (SELECT partial_state, completed_state, \
-                 updated_at FROM {} FINAL WHERE state_id = {{id:String}} LIMIT 1)) AS stored",
-                self.state
-            )
+            self.stored_column()
         } else {
             String::new()
         };
@@ -539,6 +613,111 @@ impl Statements {
 }
 
 /// ` WHERE ...` for a filter, and a query carrying its parameters.
+/// The folded columns of the newest generation (`log_state`, `log_outlook`).
+const NEWEST_FOLD: &str = "argMinIf(owner, at_ms, event = 'acquire') AS holder, \
+     minIf(at_ms, event = 'acquire') AS acquired_at, \
+     maxIf(until_ms, event IN ('acquire', 'renew')) AS lease_until, \
+     maxIf(floor_ms, event = 'acquire') AS grant_floor, \
+     countIf(event = 'release') > 0 AS released, \
+     maxIf(until_ms, event = 'release') AS release_cap, \
+     countIf(event = 'force') > 0 AS forced";
+
+/// Largest state (id, partial and completed together, in bytes) a guarded write or a one-trip
+/// `set` sends as query parameters. They travel in the URL, which servers cap (1 MiB by
+/// default, after percent-encoding, which can triple JSON); larger states take two round trips.
+pub const GUARDED_MAX_BYTES: usize = 64 * 1024;
+
+/// One state row to write, with its version.
+#[derive(Debug, Clone, Copy)]
+pub struct StateRow<'a> {
+    pub state_id: &'a str,
+    pub partial: &'a str,
+    pub completed: &'a str,
+    pub version_ms: u64,
+}
+
+/// A state row as a line of JSONEachRow for `insert_states`.
+#[derive(serde::Serialize)]
+struct JsonRow<'a> {
+    state_id: &'a str,
+    partial_state: &'a str,
+    completed_state: &'a str,
+    /// Unix seconds with milliseconds, e.g. "1732895527.123": unambiguous in any server timezone.
+    updated_at: String,
+}
+
+impl StateRow<'_> {
+    /// Appends this row as a line of JSONEachRow (see `insert_states`).
+    pub fn encode(&self, data: &mut Vec<u8>) -> crate::error::Result<()> {
+        let row = JsonRow {
+            state_id: self.state_id,
+            partial_state: self.partial,
+            completed_state: self.completed,
+            updated_at: format!("{}.{:03}", self.version_ms / 1000, self.version_ms % 1000),
+        };
+        serde_json::to_writer(&mut *data, &row)
+            .map_err(|e| crate::error::Error::InvalidInput(format!("cannot encode state: {e}")))?;
+        data.push(b'\n');
+        Ok(())
+    }
+
+    /// Whether it is small enough for query parameters (see [`GUARDED_MAX_BYTES`]).
+    pub fn fits_in_params(&self) -> bool {
+        self.state_id.len() + self.partial.len() + self.completed.len() <= GUARDED_MAX_BYTES
+    }
+
+    /// Binds the parts; the id is bound by the guard's condition or by the caller.
+    fn bind(&self, query: Query) -> Query {
+        query
+            .param("partial", self.partial)
+            .param("completed", self.completed)
+    }
+}
+
+/// What a guarded state write requires when the server evaluates it: the lock's grant is the
+/// newest generation, neither released nor forced open, and, while it is a claim not yet
+/// confirmed, claimed by its owner alone, with the grant it replaced not renewed past
+/// `previous_until` (`u64::MAX`: no such check); and the stored version is still
+/// `expected_version` (what the write merged into: 0 for none). `lock::fenced::admits` is the
+/// same rule in Rust.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    pub state_id: String,
+    pub generation: u64,
+    pub owner: String,
+    /// The grant was confirmed (by an earlier write or read-back): a late rival claim on its
+    /// generation, which lost, does not matter any more.
+    pub confirmed: bool,
+    pub previous_until: u64,
+    pub expected_version: u64,
+}
+
+/// The guard as a condition over `{id:String}`, and the query carrying its parameters.
+fn guard_condition(statements: &Statements, guard: &Guard) -> (String, Query) {
+    let condition = format!(
+        "(SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {state} \
+         WHERE state_id = {{id:String}}) = {{expected:UInt64}} \
+         AND (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) = {{generation:UInt64}} \
+         AND (SELECT countIf(event IN ('release', 'force')) = 0 AND ({{confirmed:UInt8}} = 1 \
+         OR (countIf(event = 'acquire' AND owner = {{owner:String}}) > 0 \
+         AND countIf(event = 'acquire' AND owner != {{owner:String}}) = 0)) \
+         FROM {log} WHERE state_id = {{id:String}} AND generation = {{generation:UInt64}}) \
+         AND (SELECT maxIf(until_ms, event IN ('acquire', 'renew')) FROM {log} \
+         WHERE state_id = {{id:String}} AND generation = {{previous:UInt64}}) <= {{previous_until:UInt64}}",
+        state = statements.state,
+        log = statements.log
+    );
+    let query = Query::new(String::new())
+        .param("id", guard.state_id.clone())
+        .param("expected", guard.expected_version.to_string())
+        .param("generation", guard.generation.to_string())
+        .param("owner", guard.owner.clone())
+        .param("confirmed", u8::from(guard.confirmed).to_string())
+        .param("previous", guard.generation.saturating_sub(1).to_string())
+        .param("previous_until", guard.previous_until.to_string());
+    (condition, query)
+}
+
 fn where_filter(filter: &Filter) -> (String, Query) {
     let query = Query::new(String::new());
     match filter {

@@ -2,18 +2,19 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
+use crate::exec::Level;
 use crate::exec::{Exec, Host};
 use crate::glob;
 use crate::http::Transport;
-use crate::lock::{self, LockHandle, Locks, Prefetch};
+use crate::lock::update::{self, Prepared, Written};
+use crate::lock::{self, LockHandle, Locks, Prefetch, StoredRow};
 use crate::merge::merge;
 use crate::rows;
-use crate::sql::Query;
+use crate::sql::{Query, StateRow};
 
 /// A state as the contract carries it: JSON object texts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,13 +38,15 @@ pub struct Store<T, H> {
     pub(crate) locks: Locks,
 }
 
-#[derive(Serialize)]
-struct InsertRow<'a> {
-    state_id: &'a str,
-    partial_state: &'a str,
-    completed_state: &'a str,
-    /// Unix seconds with milliseconds, e.g. "1732895527.123": unambiguous in any server timezone.
-    updated_at: String,
+impl State {
+    fn row(&self, version_ms: u64) -> StateRow<'_> {
+        StateRow {
+            state_id: &self.state_id,
+            partial: &self.partial,
+            completed: &self.completed,
+            version_ms,
+        }
+    }
 }
 
 impl<T: Transport, H: Host> Store<T, H> {
@@ -67,7 +70,19 @@ impl<T: Transport, H: Host> Store<T, H> {
     /// Takes the lock of `state_id` (see `lock`).
     pub fn acquire_lock(&self, state_id: &str) -> Result<LockHandle> {
         validate_state_id(state_id)?;
+        update::release_kept(&self.exec, &self.locks, state_id)?;
         lock::acquire(&self.exec, &self.locks, state_id)
+    }
+
+    /// Releases the grants `update` kept that were idle for `lock_linger_seconds`; returns
+    /// when to call again (unix ms), or `None` when nothing is kept.
+    pub fn idle(&self) -> Result<Option<u64>> {
+        update::idle(&self.exec, &self.locks, false)
+    }
+
+    /// Releases every grant `update` kept (the host calls this when it is done with the store).
+    pub fn close(&self) -> Result<()> {
+        update::idle(&self.exec, &self.locks, true).map(drop)
     }
 
     pub fn renew_lock(&self, lock: &mut LockHandle) -> Result<()> {
@@ -97,6 +112,15 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn set(&self, state: &State) -> Result<()> {
         validate_state(state)?;
+        let row = state.row(self.exec.host.now_ms());
+        if row.fits_in_params() {
+            // One round trip: the server puts the version above what it stores.
+            let token = self.exec.new_token();
+            return self
+                .exec
+                .run(&self.exec.sql.set_above_stored(row, &token))
+                .map(drop);
+        }
         let stored = self.read_version(&self.exec.sql.version_of(&state.state_id))?;
         self.write(std::slice::from_ref(state), self.next_version(stored))
     }
@@ -106,11 +130,113 @@ impl<T: Transport, H: Host> Store<T, H> {
         validate_size(state)?;
         let partial = parse_object(&state.partial, "partial state")?;
         let completed = parse_object(&state.completed, "completed state")?;
-        let (mut held, prefetch) =
-            lock::acquire_reading(&self.exec, &self.locks, &state.state_id, true)?;
-        let result = self.update_locked(state, partial, completed, &mut held, prefetch);
-        let released = lock::release(&self.exec, &self.locks, &held);
-        result.and(released)
+        if self.exec.config.lock_mode == LockMode::Settle {
+            let (mut held, prefetch) =
+                lock::acquire_reading(&self.exec, &self.locks, &state.state_id, true)?;
+            let result = self.update_locked(state, partial, completed, &mut held, prefetch);
+            let released = lock::release(&self.exec, &self.locks, &held);
+            return result.and(released);
+        }
+        let deadline = self
+            .exec
+            .host
+            .now_ms()
+            .saturating_add(self.exec.config.lock_timeout_ms);
+        loop {
+            let mut ready = match update::prepare(&self.exec, &self.locks, &state.state_id)? {
+                Prepared::Ready(ready) => ready,
+                Prepared::Held(holder) => {
+                    lock::pause(&self.exec, &self.locks, &state.state_id, deadline, holder)?;
+                    continue;
+                }
+            };
+            match self.write_merged(&mut ready, state, &partial, &completed) {
+                Ok(Some(written)) => {
+                    return update::keep(&self.exec, &self.locks, ready, written);
+                }
+                Ok(None) => {} // the grant was lost: take the lock anew
+                Err(e) => {
+                    update::abandon(&self.exec, &self.locks, ready);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Merges the update into the grant's basis and writes it through the guard; when the
+    /// guard refuses because the stored state changed, merges into what is stored now and
+    /// tries again. Returns what was written, or `None` when the grant is not this update's.
+    fn write_merged(
+        &self,
+        ready: &mut update::Ready,
+        state: &State,
+        partial: &Map<String, Value>,
+        completed: &Map<String, Value>,
+    ) -> Result<Option<StoredRow>> {
+        // Each refusal means someone wrote the id without its lock in between: a few are
+        // possible, an endless stream is not something to chase.
+        for _ in 0..4 {
+            let basis = ready.basis.clone().map(|(partial, completed, version)| {
+                let state = State {
+                    state_id: state.state_id.clone(),
+                    partial: or_empty(partial),
+                    completed: or_empty(completed),
+                };
+                (state, version)
+            });
+            let stored_version = basis.as_ref().map_or(0, |(_, v)| *v);
+            let to_write = merged(state, partial.clone(), completed.clone(), basis);
+            // Above the lease only when something stored is newer than the lease (a writer
+            // whose clock is ahead): the guard checks the grant in the log, as `write_version`
+            // does with a read.
+            let version = match lock::propose_version(
+                &ready.handle,
+                self.exec.host.now_ms(),
+                stored_version,
+            )? {
+                lock::Proposed::Within(v) | lock::Proposed::AboveLease(v) => v,
+            };
+            match update::write(
+                &self.exec,
+                ready,
+                &to_write.partial,
+                &to_write.completed,
+                version,
+            )? {
+                Written::Done => {
+                    lock::confirm_write(&self.exec, &ready.handle)?;
+                    return Ok(Some((
+                        Some(to_write.partial),
+                        Some(to_write.completed),
+                        version,
+                    )));
+                }
+                Written::Stale => {
+                    self.exec.host.log(
+                        Level::Debug,
+                        &format!(
+                            "the state of {:?} changed since it was read; merging again",
+                            state.state_id
+                        ),
+                    );
+                }
+                Written::Lost(holder) => {
+                    self.exec.host.log(
+                        Level::Info,
+                        &format!(
+                            "the update of {:?} lost its grant to {} (token {}); taking the lock again",
+                            state.state_id, holder.owner, holder.token
+                        ),
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        Err(Error::LockLost(format!(
+            "the state of {:?} kept changing under its lock (something writes it without the \
+             lock); the update was not written",
+            state.state_id
+        )))
     }
 
     fn update_locked(
@@ -133,30 +259,7 @@ impl<T: Transport, H: Host> Store<T, H> {
             Prefetch::NotFetched => self.get_versioned(&state.state_id)?,
         };
         let stored_version = stored.as_ref().map_or(0, |(_, v)| *v);
-        let to_write = match stored {
-            // A partial state merges into the stored partial; the stored completed stays.
-            Some((stored, _)) if completed.is_empty() => {
-                let mut merged =
-                    parse_object(&stored.partial, "stored partial state").unwrap_or_default();
-                merge(partial, &mut merged);
-                State {
-                    state_id: state.state_id.clone(),
-                    partial: Value::Object(merged).to_string(),
-                    completed: stored.completed,
-                }
-            }
-            // A complete state replaces everything and resets the partial.
-            _ if !completed.is_empty() => State {
-                state_id: state.state_id.clone(),
-                partial: "{}".into(),
-                completed: Value::Object(completed).to_string(),
-            },
-            _ => State {
-                state_id: state.state_id.clone(),
-                partial: Value::Object(partial).to_string(),
-                completed: "{}".into(),
-            },
-        };
+        let to_write = merged(state, partial, completed, stored);
         let version = lock::write_version(&self.exec, lock, stored_version)?;
         self.write(std::slice::from_ref(&to_write), version)?;
         lock::confirm_write(&self.exec, lock)
@@ -193,6 +296,7 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn clear(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
+        update::release_kept(&self.exec, &self.locks, state_id)?;
         let mut held = lock::acquire(&self.exec, &self.locks, state_id)?;
         let result = self.clear_locked(&mut held);
         let released = lock::release(&self.exec, &self.locks, &held);
@@ -321,20 +425,45 @@ impl<T: Transport, H: Host> Store<T, H> {
             .sum();
         let mut data = Vec::with_capacity(capacity);
         for (state, version_ms) in rows {
-            let row = InsertRow {
-                state_id: &state.state_id,
-                partial_state: &state.partial,
-                completed_state: &state.completed,
-                updated_at: format!("{}.{:03}", version_ms / 1000, version_ms % 1000),
-            };
-            serde_json::to_writer(&mut data, &row)
-                .map_err(|e| Error::InvalidInput(format!("cannot encode state: {e}")))?;
-            data.push(b'\n');
+            state.row(*version_ms).encode(&mut data)?;
         }
         let token = self.exec.new_token();
         self.exec
             .run(&self.exec.sql.insert_states(data, &token))
             .map(drop)
+    }
+}
+
+/// Meltano's update of `stored` by `state` (whose parts are parsed as `partial` and
+/// `completed`): a partial state merges into the stored partial and keeps the stored completed;
+/// a complete state replaces everything and resets the partial.
+fn merged(
+    state: &State,
+    partial: Map<String, Value>,
+    completed: Map<String, Value>,
+    stored: Option<(State, u64)>,
+) -> State {
+    match stored {
+        Some((stored, _)) if completed.is_empty() => {
+            let mut merged =
+                parse_object(&stored.partial, "stored partial state").unwrap_or_default();
+            merge(partial, &mut merged);
+            State {
+                state_id: state.state_id.clone(),
+                partial: Value::Object(merged).to_string(),
+                completed: stored.completed,
+            }
+        }
+        _ if !completed.is_empty() => State {
+            state_id: state.state_id.clone(),
+            partial: "{}".into(),
+            completed: Value::Object(completed).to_string(),
+        },
+        _ => State {
+            state_id: state.state_id.clone(),
+            partial: Value::Object(partial).to_string(),
+            completed: "{}".into(),
+        },
     }
 }
 

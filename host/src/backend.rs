@@ -229,12 +229,27 @@ impl Backend {
         dropped
     }
 
-    /// Drops the store resource inside the guest.
+    /// Gives back what the store kept between calls and idled for long enough (a lock kept
+    /// after `update`); returns when to call again (unix ms by this instance's clock, see
+    /// [`Backend::clock`]), or `None` when nothing is kept.
+    pub async fn idle(&mut self) -> Result<Option<u64>> {
+        call!(self.call_idle())
+    }
+
+    /// The clock this instance runs on (the host's, or a test's virtual one).
+    pub fn clock(&self) -> std::sync::Arc<dyn crate::clock::Clock> {
+        self.store.data().clock()
+    }
+
+    /// Gives back everything the store kept, then drops the store resource inside the guest.
     pub async fn close(mut self) -> Result<()> {
-        self.handle
+        let closed = call!(self.call_close());
+        let dropped = self
+            .handle
             .resource_drop_async(&mut self.store)
             .await
-            .map_err(Error::trap)
+            .map_err(Error::trap);
+        closed.and(dropped)
     }
 }
 

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use serde_json::{Value, json};
+use state_host::clock::Clock;
 use state_host::{Backend, Error, Lock, LockInfo, State};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -31,7 +32,11 @@ pub fn startup_failure(error: &Error, setting: Option<&str>) {
     let _ = writeln!(std::io::stdout(), "{}", json!({ "error": value }));
 }
 
-/// Serves requests from stdin until it closes.
+/// `lock_linger_seconds` when `serve` runs and the setting is not given.
+pub const DEFAULT_LINGER_SECONDS: &str = "5";
+
+/// Serves requests from stdin until it closes. Between requests, calls the store's `idle` when
+/// it asked to be called (so a kept lock is given back once idle), and `close` at the end.
 pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut stdout = tokio::io::stdout();
@@ -41,8 +46,25 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
     }
     let mut locks: HashMap<u64, Lock> = HashMap::new();
     let mut next_lock = 1u64;
+    let clock = backend.clock();
+    let mut due: Option<u64> = None;
     loop {
-        let line = match lines.next_line().await {
+        let next = match due {
+            Some(at) => {
+                let wait = clock.sleep(at.saturating_sub(clock.now_ms()));
+                tokio::select! {
+                    // `next_line` is cancellation safe: a line half read stays buffered.
+                    line = lines.next_line() => Some(line),
+                    () = wait => None,
+                }
+            }
+            None => Some(lines.next_line().await),
+        };
+        let Some(next) = next else {
+            due = idle(&mut backend, &*clock).await;
+            continue;
+        };
+        let line = match next {
             Ok(Some(line)) => line,
             Ok(None) => break,
             Err(e) => {
@@ -72,11 +94,24 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
         if stdout.write_all(text.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
             break;
         }
+        due = idle(&mut backend, &*clock).await;
     }
     for (_, lock) in locks.drain() {
         let _ = backend.release(lock).await;
     }
     backend.close().await
+}
+
+/// Lets the store give back what it kept and idled long enough; returns when to call again. A
+/// failure is logged and retried a second later (the store keeps what it could not give back).
+async fn idle(backend: &mut Backend, clock: &dyn Clock) -> Option<u64> {
+    match backend.idle().await {
+        Ok(due) => due,
+        Err(e) => {
+            tracing::warn!("giving back kept locks failed: {e}");
+            Some(clock.now_ms().saturating_add(1_000))
+        }
+    }
 }
 
 fn error_json(error: &Error) -> Value {

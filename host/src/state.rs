@@ -25,6 +25,11 @@ pub struct HostState {
 }
 
 impl HostState {
+    /// The clock this instance runs on.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
     pub fn new(egress: OutgoingHook, clock: Arc<dyn Clock>, label: String, limits: Limits) -> Self {
         HostState {
             _registration: clock.register(),

@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use clickhouse_state::config::LockMode;
-use clickhouse_state::lock::fenced::{self, Claim, ClaimOutcome, Newest};
+use clickhouse_state::lock::fenced::{self, Claim, ClaimOutcome, Guard, Newest};
 use clickhouse_state::lock::settle::{self, Candidate};
 use clickhouse_state::lock::{LockHandle, Proposed, propose_version};
 use stateright::{Model, Property};
@@ -46,6 +46,9 @@ pub const FENCED: &str = "a fenced write never overwrites newer state";
 pub const EXCLUSIVE: &str = "at most one holder at a time";
 /// One client alone never finds the lock held.
 pub const UNCONTENDED: &str = "an uncontended acquire succeeds";
+/// An update whose guarded write was checked while an unlocked `set` was the stored state
+/// merges into it.
+pub const SET_KEPT: &str = "an update never writes over a set it could see";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
 
@@ -65,6 +68,13 @@ pub enum Mutant {
     NoWriteConfirm,
     /// Settle mode compares candidates with the time before the insert, as the original did.
     SettleBeforeInsert,
+    /// A claim's first guarded write does not check the claim (only the stored version).
+    NoClaimGuard,
+    /// A guarded write does not check that the stored version is still the one it merged into
+    /// (a kept grant writes its cached state as is).
+    NoStaleCheck,
+    /// A kept grant is written under to the very end of its lease.
+    KeptToTheEnd,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -101,6 +111,10 @@ pub struct LockModel {
     /// How many background merges may run (of the state table; of the candidates in settle
     /// mode).
     pub merges: u8,
+    /// Updates each client makes under one grant kept between them (linger); 1 or 2.
+    pub updates: u8,
+    /// Another process makes one unlocked `set` (a server-versioned write, in one step).
+    pub setter: bool,
     pub mutant: Option<Mutant>,
 }
 
@@ -122,6 +136,8 @@ impl LockModel {
             renew: true,
             forces: 0,
             merges: 0,
+            updates: 1,
+            setter: false,
             mutant: None,
         }
     }
@@ -142,6 +158,8 @@ impl LockModel {
             renew: false,
             forces: 0,
             merges: 0,
+            updates: 1,
+            setter: false,
             mutant: None,
         }
     }
@@ -172,12 +190,15 @@ pub enum Row {
         until: u64,
         floor: u64,
     },
-    /// The state table: `updates` is the set of updates merged into it (a bit per client).
+    /// The state table: `updates` is the set of updates merged into it (a bit per update,
+    /// see `update_bit`; the `set` is `SET_BIT`). `after_set`: when the write was checked, the
+    /// stored state was the `set`'s (or merged it).
     State {
         version: u64,
         updates: u8,
         generation: u64,
         owner: u8,
+        after_set: bool,
     },
     /// Settle mode's candidates.
     Candidate { client: u8, locked_at: u64 },
@@ -200,8 +221,8 @@ pub enum Token {
     Renew(u64, u64, u8),
     /// `release/<generation>/<owner>/<id>`
     Release(u64, u8),
-    /// A state write: random per write, reused by its retries.
-    State(u8),
+    /// A state write: random per write, reused by its retries (client, update).
+    State(u8, u8),
     /// `force/<generation>/<operator>/<id>`
     Force(u64),
     Candidate(u8, u8),
@@ -228,11 +249,25 @@ pub struct InFlight {
 pub enum Pc {
     /// About to read the newest generation (fenced) or the candidates (settle).
     Idle,
-    /// The claim is in flight; `current` is the generation it follows.
-    Claiming { current: Newest, grant: Grant },
-    /// The claim was acknowledged: read back the claims.
-    ReadBack { current: Newest, grant: Grant },
-    /// Holding the lock, with the state read under it.
+    /// The claim is in flight; `current` is the generation it follows, `stored` the state
+    /// read with it.
+    Claiming {
+        current: Newest,
+        grant: Grant,
+        stored: Stored,
+    },
+    /// The claim was acknowledged: the guarded write checks it (and the stored version).
+    Claimed {
+        current: Newest,
+        grant: Grant,
+        stored: Stored,
+    },
+    /// A guarded write was refused: read why (`current` while the claim is unconfirmed).
+    Refused {
+        current: Option<Newest>,
+        grant: Grant,
+    },
+    /// Holding a confirmed grant (kept between updates), with the state it last wrote or read.
     Holding { grant: Grant, stored: Stored },
     /// The renew row (new lease end `until`) is in flight.
     Renewing {
@@ -247,9 +282,17 @@ pub enum Pc {
         until: u64,
     },
     /// The state row is in flight.
-    Writing { grant: Grant },
-    /// The state row was acknowledged.
-    Written { grant: Grant },
+    Writing {
+        grant: Grant,
+        version: u64,
+        updates: u8,
+    },
+    /// The state row (with `updates` merged) was acknowledged.
+    Written {
+        grant: Grant,
+        version: u64,
+        updates: u8,
+    },
     /// The release row is in flight.
     Releasing,
     /// Settle mode: the candidate is in flight; `before` is the time the insert began.
@@ -290,6 +333,8 @@ pub struct Client {
     pub attempts: u8,
     /// An acquire found the lock held (for the uncontended property).
     pub saw_held: bool,
+    /// Which of its updates the client is making (0-based).
+    pub update: u8,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -308,8 +353,13 @@ pub struct World {
     pub written: Vec<Row>,
     /// Generations forced open: their holders' updates may be lost, by the operator's will.
     pub forced: u8,
-    /// Updates acknowledged to their callers (a bit per client).
+    /// Updates acknowledged to their callers (a bit per update).
     pub acknowledged: u8,
+    /// The `set` is still to come / has landed.
+    pub set_pending: bool,
+    pub set_landed: bool,
+    /// Updates whose writes had landed when the `set` replaced the state.
+    pub replaced: u8,
 }
 
 impl fmt::Debug for World {
@@ -363,6 +413,8 @@ pub enum Action {
     WindowPasses,
     /// An operator forces the lock open (`force_unlock`), at global time.
     Force,
+    /// Another process's unlocked `set` lands.
+    Set,
     /// A background merge on `replica` (on every replica with quorum).
     Merge {
         replica: u8,
@@ -497,6 +549,21 @@ fn claims<'a>(rows: impl Iterator<Item = &'a Row> + Clone, generation: u64) -> V
     .collect()
 }
 
+/// The bit of a client's `k`th update (two per client).
+pub fn update_bit(client: u8, k: u8) -> u8 {
+    1 << (2 * client + k)
+}
+
+/// The bits of every update of a client.
+fn client_bits(client: u8) -> u8 {
+    0b11 << (2 * client)
+}
+
+/// The `set`'s bit in `updates`.
+pub const SET_BIT: u8 = 1 << 7;
+/// The `set`'s owner.
+const SETTER: u8 = 0xfe;
+
 /// A claim's owner id: the client and its attempt, as the guest's random per-claim id.
 fn owner_name(owner: u8) -> String {
     format!("c{}a{}", owner >> 4, owner & 0xf)
@@ -540,10 +607,105 @@ impl LockModel {
     }
 
     fn done(world: &mut World, client: u8, ok: bool) {
-        world.clients[client as usize].pc = Pc::Done { ok };
+        let c = &mut world.clients[client as usize];
+        c.pc = Pc::Done { ok };
         if ok {
-            world.acknowledged |= 1 << client;
+            world.acknowledged |= update_bit(client, c.update);
         }
+    }
+
+    /// The guarded write (`lock::update::write`): the server checks the guard against what the
+    /// read sees and sends the row only if it holds; otherwise the client reads why.
+    /// `claimed_after` is the generation an unconfirmed claim replaced.
+    fn write_guarded(
+        &self,
+        world: &mut World,
+        client: u8,
+        view: &[Row],
+        grant: Grant,
+        stored: Stored,
+        claimed_after: Option<Newest>,
+    ) -> bool {
+        let now = self.clock(world, client);
+        let current = World::final_state(view.iter());
+        let me = owner_name(grant.owner);
+        let guard = Guard {
+            state_id: "s".into(),
+            generation: grant.generation,
+            owner: me,
+            confirmed: claimed_after.is_none() || self.has(Mutant::NoClaimGuard),
+            previous_until: match &claimed_after {
+                Some(c) if c.released == 0 && c.forced == 0 && !self.has(Mutant::NoGiveWay) => {
+                    c.lease_until_ms
+                }
+                _ => u64::MAX,
+            },
+            expected_version: if self.has(Mutant::NoStaleCheck) {
+                current.version
+            } else {
+                stored.version
+            },
+        };
+        let newest_now = if self.has(Mutant::NoClaimGuard) && claimed_after.is_some() {
+            // The mutant checks nothing of the lock for a claim's first write.
+            Newest {
+                generation: grant.generation,
+                ..Newest::default()
+            }
+        } else {
+            newest(view.iter())
+        };
+        let admitted = fenced::admits(
+            &guard,
+            &newest_now,
+            &claims(view.iter(), grant.generation),
+            current.version,
+        );
+        if !admitted {
+            world.clients[client as usize].pc = Pc::Refused {
+                current: claimed_after,
+                grant,
+            };
+            return true;
+        }
+        // A kept grant near its lease end is not written under (`update::resume` gives it back
+        // and takes the lock anew; here the update gives up): its write could land after the
+        // lease and tie with the next grant's floor.
+        if claimed_after.is_none()
+            && !self.has(Mutant::KeptToTheEnd)
+            && fenced::near_lease_end(now, grant.until, self.lease)
+        {
+            Self::done(world, client, false);
+            return true;
+        }
+        let version = match propose_version(&handle(&grant), now, stored.version) {
+            Err(_) => {
+                Self::done(world, client, false);
+                return true;
+            }
+            // Above the lease only when something stored is newer than the lease; the guard
+            // checks the grant in the log.
+            Ok(Proposed::Within(v) | Proposed::AboveLease(v)) => v,
+        };
+        let mut grant = grant;
+        grant.written = grant.written.max(version);
+        let k = world.clients[client as usize].update;
+        let updates = stored.updates | update_bit(client, k);
+        let row = Row::State {
+            version,
+            updates,
+            generation: grant.generation,
+            owner: grant.owner,
+            after_set: current.updates & SET_BIT != 0,
+        };
+        // Each write has a token of its own (its retries reuse it).
+        self.send(world, client, row, Token::State(client, k));
+        world.clients[client as usize].pc = Pc::Writing {
+            grant,
+            version,
+            updates,
+        };
+        true
     }
 
     /// A client's next step, its reads answered by `replica` (every replica sees the same
@@ -587,26 +749,47 @@ impl LockModel {
                     until: grant.until,
                     floor: grant.floor,
                 };
+                // `log_outlook`: the newest generation and the state, in one read.
+                let stored = World::final_state(view.iter());
                 self.send(world, client, row, Token::Acquire(grant.generation));
-                world.clients[client as usize].pc = Pc::Claiming { current, grant };
-            }
-            (Protocol::Fenced, Pc::ReadBack { current, grant }) => {
-                let claims = claims(view.iter(), grant.generation);
-                let me = owner_name(grant.owner);
-                let outcome = if self.has(Mutant::NoGiveWay) {
-                    if fenced::all_mine(&claims, &me, grant.generation) {
-                        ClaimOutcome::Mine
-                    } else {
-                        ClaimOutcome::Lost
-                    }
-                } else {
-                    fenced::decide_claim(&current, &claims, &me, grant.generation)
+                world.clients[client as usize].pc = Pc::Claiming {
+                    current,
+                    grant,
+                    stored,
                 };
-                world.clients[client as usize].pc = if outcome == ClaimOutcome::Mine {
+            }
+            (
+                Protocol::Fenced,
+                Pc::Claimed {
+                    current,
+                    grant,
+                    stored,
+                },
+            ) => {
+                return self.write_guarded(world, client, &view, grant, stored, Some(current));
+            }
+            (Protocol::Fenced, Pc::Refused { current, grant }) => {
+                let me = owner_name(grant.owner);
+                let mine = match &current {
+                    // `log_claims`: decide the claim.
+                    Some(current) => {
+                        let claims = claims(view.iter(), grant.generation);
+                        if self.has(Mutant::NoGiveWay) {
+                            fenced::all_mine(&claims, &me, grant.generation)
+                        } else {
+                            fenced::decide_claim(current, &claims, &me, grant.generation)
+                                == ClaimOutcome::Mine
+                        }
+                    }
+                    // `log_outlook`: is the confirmed grant still the open newest one?
+                    None => newest(view.iter()).is_claim_of(&handle(&grant)) && now <= grant.until,
+                };
+                world.clients[client as usize].pc = if mine {
                     let stored = World::final_state(view.iter());
                     Pc::Holding { grant, stored }
                 } else {
-                    world.clients[client as usize].saw_held = true;
+                    // The grant is not this update's: take the lock anew (the next read says
+                    // whether someone holds it).
                     Pc::Idle
                 };
             }
@@ -651,35 +834,31 @@ impl LockModel {
                 grant.renewed = true;
                 world.clients[client as usize].pc = Pc::Holding { grant, stored };
             }
-            (Protocol::Fenced, Pc::Holding { mut grant, stored }) => {
-                let version = match propose_version(&handle(&grant), now, stored.version) {
-                    Err(_) => {
-                        Self::done(world, client, false);
-                        return true;
-                    }
-                    Ok(Proposed::Within(v)) => v,
-                    Ok(Proposed::AboveLease(v)) => {
-                        if !held(view.iter(), &grant) {
-                            Self::done(world, client, false);
-                            return true;
-                        }
-                        v
-                    }
-                };
-                grant.written = grant.written.max(version);
-                let row = Row::State {
-                    version,
-                    updates: stored.updates | (1 << client),
-                    generation: grant.generation,
-                    owner: grant.owner,
-                };
-                self.send(world, client, row, Token::State(client));
-                world.clients[client as usize].pc = Pc::Writing { grant };
+            (Protocol::Fenced, Pc::Holding { grant, stored }) => {
+                return self.write_guarded(world, client, &view, grant, stored, None);
             }
-            (Protocol::Fenced, Pc::Written { grant }) => {
+            (
+                Protocol::Fenced,
+                Pc::Written {
+                    grant,
+                    version,
+                    updates,
+                },
+            ) => {
                 let late = fenced::near_lease_end(now, grant.until, self.lease);
                 if late && !self.has(Mutant::NoWriteConfirm) && !held(view.iter(), &grant) {
                     Self::done(world, client, false);
+                    return true;
+                }
+                let c = &mut world.clients[client as usize];
+                world.acknowledged |= update_bit(client, c.update);
+                if c.update + 1 < self.updates {
+                    // Keep the grant, with the state written, for the next update.
+                    c.update += 1;
+                    c.pc = Pc::Holding {
+                        grant,
+                        stored: Stored { version, updates },
+                    };
                     return true;
                 }
                 let row = Row::Log {
@@ -762,7 +941,15 @@ impl LockModel {
         let now = self.clock(world, client);
         let pc = world.clients[client as usize].pc.clone();
         world.clients[client as usize].pc = match pc {
-            Pc::Claiming { current, grant } => Pc::ReadBack { current, grant },
+            Pc::Claiming {
+                current,
+                grant,
+                stored,
+            } => Pc::Claimed {
+                current,
+                grant,
+                stored,
+            },
             Pc::Renewing {
                 grant,
                 stored,
@@ -772,7 +959,15 @@ impl LockModel {
                 stored,
                 until,
             },
-            Pc::Writing { grant } => Pc::Written { grant },
+            Pc::Writing {
+                grant,
+                version,
+                updates,
+            } => Pc::Written {
+                grant,
+                version,
+                updates,
+            },
             Pc::Releasing => {
                 Self::done(world, client, true);
                 return;
@@ -869,6 +1064,7 @@ impl Model for LockModel {
                         offset,
                         attempts: self.attempts,
                         saw_held: false,
+                        update: 0,
                     })
                     .collect(),
                 rows: vec![],
@@ -881,6 +1077,9 @@ impl Model for LockModel {
                 written: vec![],
                 forced: 0,
                 acknowledged: 0,
+                set_pending: self.setter,
+                set_landed: false,
+                replaced: 0,
             })
             .collect()
     }
@@ -894,7 +1093,8 @@ impl Model for LockModel {
             let steps = matches!(
                 c.pc,
                 Pc::Idle
-                    | Pc::ReadBack { .. }
+                    | Pc::Claimed { .. }
+                    | Pc::Refused { .. }
                     | Pc::Holding { .. }
                     | Pc::Renewed { .. }
                     | Pc::Written { .. }
@@ -942,6 +1142,9 @@ impl Model for LockModel {
         }
         if world.forces > 0 && !newest(world.rows.iter().map(|r| &r.row)).is_free(world.now) {
             actions.push(Action::Force);
+        }
+        if world.set_pending {
+            actions.push(Action::Set);
         }
     }
 
@@ -996,6 +1199,34 @@ impl Model for LockModel {
                     return None;
                 }
             }
+            Action::Set => {
+                // One statement: the server puts the version above what it stores, and the
+                // row lands everywhere (the model's `set` runs with quorum).
+                world.set_pending = false;
+                let stored = world.converged_state();
+                let version = world.now.max(stored.version + 1);
+                let row = Row::State {
+                    version,
+                    updates: SET_BIT,
+                    generation: 0,
+                    owner: SETTER,
+                    after_set: false,
+                };
+                // It replaces what landed before it, and what was on its way: in either order
+                // the set may win (the two ran at once).
+                let in_flight = world.in_flight.iter().map(|f| &f.row);
+                for r in world.written.iter().chain(in_flight) {
+                    if let Row::State { updates, .. } = r {
+                        world.replaced |= updates & !SET_BIT;
+                    }
+                }
+                world.written.push(row.clone());
+                world.rows.push(Landed {
+                    row,
+                    replicas: (1 << self.replicas) - 1,
+                });
+                world.set_landed = true;
+            }
             Action::Force => {
                 // The operator's row lands at once (its own insert races nothing here).
                 world.forces -= 1;
@@ -1026,6 +1257,7 @@ impl Model for LockModel {
                         if let Row::State {
                             generation, owner, ..
                         } = *r
+                            && owner != SETTER
                         {
                             owners.insert((generation, owner));
                         }
@@ -1040,13 +1272,15 @@ impl Model for LockModel {
                         if let Row::State {
                             generation, owner, ..
                         } = *r
+                            && owner != SETTER
                             && w.forced & (1 << generation) != 0
                         {
-                            spared |= 1 << (owner >> 4);
+                            spared |= client_bits(owner >> 4);
                         }
                     }
+                    // ...and those a later `set` replaced.
                     let converged = w.converged_state();
-                    w.acknowledged & !converged.updates & !spared == 0
+                    w.acknowledged & !converged.updates & !spared & !w.replaced == 0
                 }),
                 Property::<Self>::always(FENCED, |_, w| {
                     let states: Vec<(u64, u64)> = w
@@ -1056,8 +1290,9 @@ impl Model for LockModel {
                             Row::State {
                                 version,
                                 generation,
+                                owner,
                                 ..
-                            } => Some((generation, version)),
+                            } if owner != SETTER => Some((generation, version)),
                             _ => None,
                         })
                         .collect();
@@ -1070,6 +1305,18 @@ impl Model for LockModel {
                 w.clients.iter().filter(|c| c.pc == Pc::InSection).count() <= 1
             })],
         };
+        if self.setter {
+            properties.push(Property::<Self>::always(SET_KEPT, |_, w| {
+                w.written.iter().all(|r| match r {
+                    Row::State {
+                        after_set: true,
+                        updates,
+                        ..
+                    } => updates & SET_BIT != 0,
+                    _ => true,
+                })
+            }));
+        }
         // The checks are not vacuous: some run gets through.
         properties.push(Property::<Self>::sometimes(COMPLETES, |_, w| {
             w.acknowledged != 0

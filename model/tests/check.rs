@@ -5,7 +5,8 @@
 use std::time::Instant;
 
 use lock_model::{
-    COMPLETES, EXCLUSIVE, FENCED, LockModel, Mutant, NOTHING_LOST, ONE_HOLDER, UNCONTENDED,
+    COMPLETES, EXCLUSIVE, FENCED, LockModel, Mutant, NOTHING_LOST, ONE_HOLDER, SET_KEPT,
+    UNCONTENDED,
 };
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -120,6 +121,27 @@ fn retries() -> LockModel {
     }
 }
 
+/// Two updates per client under one kept grant (linger): the second is one guarded write.
+fn linger() -> LockModel {
+    LockModel {
+        updates: 2,
+        renew: false,
+        window_expiries: 0,
+        ..renewals()
+    }
+}
+
+/// One client keeps its grant across two updates while another process `set`s the state
+/// without the lock.
+fn linger_with_a_set() -> LockModel {
+    LockModel {
+        clients: 1,
+        setter: true,
+        lost_responses: 1,
+        ..linger()
+    }
+}
+
 fn settle() -> LockModel {
     LockModel {
         clients: 3,
@@ -151,6 +173,40 @@ fn fenced_with_a_forced_unlock() {
 #[test]
 fn fenced_with_retried_claims_and_a_merge() {
     holds("retries and a merge", retries());
+}
+
+#[test]
+fn fenced_with_kept_grants() {
+    holds("linger", linger());
+}
+
+#[test]
+fn fenced_with_kept_grants_renewed_between_updates() {
+    holds(
+        "linger, renewals",
+        LockModel {
+            renew: true,
+            ..linger()
+        },
+    );
+}
+
+#[test]
+fn fenced_with_a_kept_grant_forced_open() {
+    holds(
+        "linger, force",
+        LockModel {
+            forces: 1,
+            ..linger()
+        },
+    );
+}
+
+#[test]
+fn fenced_with_a_kept_grant_and_an_unlocked_set() {
+    let model = linger_with_a_set();
+    assert!(model.properties().iter().any(|p| p.name == SET_KEPT));
+    holds("linger, set", model);
 }
 
 #[test]
@@ -188,12 +244,19 @@ fn without_quorum_inserts_a_lagging_replica_loses_updates() {
     );
 }
 
+/// Before guarded writes, this mutant lost updates (a late renewal adopted let the holder write
+/// into the next grant's versions). An update's every write now checks its grant in the log
+/// when the server runs it, so the renewal's own check no longer guards `update`: the mutant
+/// model holds. (It still guards explicit locks' `set-locked`, which this model does not run.)
 #[test]
-fn without_the_check_after_a_renewal_a_late_renewal_is_adopted() {
-    caught(
-        "no renew confirm",
-        renewals().with(Mutant::NoRenewConfirm),
-        &[NOTHING_LOST, FENCED],
+fn with_guarded_writes_a_late_renewal_cannot_make_an_update_land() {
+    holds(
+        "no renew confirm, guarded",
+        LockModel {
+            updates: 2,
+            ..renewals()
+        }
+        .with(Mutant::NoRenewConfirm),
     );
 }
 
@@ -201,7 +264,11 @@ fn without_the_check_after_a_renewal_a_late_renewal_is_adopted() {
 fn without_giving_way_a_claim_takes_a_renewed_lock() {
     caught(
         "no give way",
-        renewals().with(Mutant::NoGiveWay),
+        LockModel {
+            updates: 2,
+            ..renewals()
+        }
+        .with(Mutant::NoGiveWay),
         &[NOTHING_LOST, FENCED],
     );
 }
@@ -226,6 +293,33 @@ fn without_the_check_after_a_late_write_an_acknowledged_update_is_lost() {
         "no write confirm",
         model.with(Mutant::NoWriteConfirm),
         &[NOTHING_LOST],
+    );
+}
+
+#[test]
+fn without_the_claim_in_the_guard_two_claimants_both_write() {
+    caught(
+        "no claim guard",
+        linger().with(Mutant::NoClaimGuard),
+        &[ONE_HOLDER, NOTHING_LOST, FENCED],
+    );
+}
+
+#[test]
+fn without_the_version_in_the_guard_a_kept_grant_writes_over_a_set() {
+    caught(
+        "no stale check",
+        linger_with_a_set().with(Mutant::NoStaleCheck),
+        &[SET_KEPT],
+    );
+}
+
+#[test]
+fn a_kept_grant_written_under_to_its_lease_end_buries_the_next_holders_update() {
+    caught(
+        "kept to the end",
+        linger().with(Mutant::KeptToTheEnd),
+        &[NOTHING_LOST, FENCED],
     );
 }
 

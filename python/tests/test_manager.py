@@ -253,6 +253,7 @@ BAD_VALUES = {
     "lock_mode": "sometimes",
     "lock_lease_seconds": 0,
     "lock_settle_seconds": -1,
+    "lock_linger_seconds": "soon",
     "retries": 99,
     "retry_backoff_seconds": "soon",
     "ca_bundle": "/nonexistent/ca.pem",

@@ -209,6 +209,19 @@ impl Drop for TestTable {
     }
 }
 
+/// The table an INSERT request writes to (its name without schema or quotes), or `None` when
+/// the request is not an INSERT. Every INSERT the component sends carries its statement in the
+/// URL, so an interceptor can tell writes apart by table.
+pub fn insert_target(uri: &http::Uri) -> Option<String> {
+    let query = uri.query()?;
+    let (_, sql) = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "query")?;
+    let table = sql
+        .strip_prefix("INSERT INTO ")?
+        .split_whitespace()
+        .next()?;
+    Some(table.rsplit('.').next()?.trim_matches('`').to_string())
+}
+
 /// Parses JSON text (for comparing states regardless of formatting).
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))

@@ -12,7 +12,7 @@ use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{
     Backend, Error, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
 };
-use integration_tests::{TestTable, json};
+use integration_tests::{TestTable, insert_target, json};
 
 /// Real time or virtual time, and the runtime that uses it.
 struct Timeline {
@@ -193,15 +193,13 @@ struct SlowNthLockInsert {
 
 impl Interceptor for SlowNthLockInsert {
     fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
-        let query = uri.query().unwrap_or("");
+        let target = insert_target(uri).unwrap_or_default();
         let table = if self.settle_table {
-            query.contains("_lock") && !query.contains("_lock_log")
+            target.ends_with("_lock")
         } else {
-            query.contains("_lock_log")
+            target.ends_with("_lock_log")
         };
-        let slow = query.contains("INSERT")
-            && table
-            && self.inserts.fetch_add(1, Ordering::SeqCst) == self.nth;
+        let slow = table && self.inserts.fetch_add(1, Ordering::SeqCst) == self.nth;
         if slow {
             self.delayed.store(true, Ordering::SeqCst);
         }
@@ -983,8 +981,7 @@ struct SlowStateWrite {
 
 impl Interceptor for SlowStateWrite {
     fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
-        let query = uri.query().unwrap_or("");
-        let state_write = query.contains("INSERT") && !query.contains("_lock");
+        let state_write = insert_target(uri).is_some_and(|t| !t.contains("_lock"));
         (state_write && !self.delayed.swap(true, Ordering::SeqCst)).then_some(self.delay)
     }
 }

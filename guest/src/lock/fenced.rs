@@ -31,6 +31,7 @@ use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
 use crate::rows;
 pub use crate::rows::{Claim, Newest};
+pub use crate::sql::Guard;
 
 /// Old generations are pruned once in this many grants.
 const PRUNE_EVERY: u64 = 1024;
@@ -68,7 +69,7 @@ impl Newest {
         self.floor_ms.max(cap.saturating_add(1))
     }
 
-    fn info(&self, state_id: &str) -> LockInfo {
+    pub(crate) fn info(&self, state_id: &str) -> LockInfo {
         LockInfo {
             state_id: state_id.to_string(),
             owner: self.owner.clone(),
@@ -117,6 +118,22 @@ pub fn renewed_since(current: &Newest, claims: &[Claim]) -> bool {
             .is_some_and(|c| c.previous_until > current.lease_until_ms)
 }
 
+/// Whether a guarded write's condition holds (`Statements::write_guarded` evaluates it in the
+/// server), from the newest generation of the id, the claims on the guard's generation and
+/// the stored version: the grant is the newest, claimed by its owner alone, neither released
+/// nor forced, while unconfirmed claimed by its owner alone and the generation it replaced not
+/// renewed past `previous_until`, and what is stored is what the write merged into.
+pub fn admits(guard: &Guard, newest: &Newest, claims: &[Claim], stored_version: u64) -> bool {
+    stored_version == guard.expected_version
+        && newest.generation == guard.generation
+        && newest.released == 0
+        && newest.forced == 0
+        && (guard.confirmed || all_mine(claims, &guard.owner, guard.generation))
+        && claims
+            .first()
+            .is_none_or(|c| c.previous_until <= guard.previous_until)
+}
+
 /// Every claim on `generation` is `owner`'s, and no newer generation exists.
 pub fn all_mine(claims: &[Claim], owner: &str, generation: u64) -> bool {
     claims.iter().all(|c| c.owner == owner)
@@ -146,7 +163,7 @@ struct LogRow<'a> {
     floor_ms: u64,
 }
 
-fn newest<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Newest> {
+pub(crate) fn newest<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Newest> {
     Ok(exec
         .fetch_first(&exec.sql.log_state(state_id))?
         .unwrap_or_default())
@@ -195,34 +212,13 @@ fn claim<T: Transport, H: Host>(
     current: &Newest,
     with_state: bool,
 ) -> Result<Attempt> {
-    let now = exec.host.now_ms();
-    let generation = current.generation + 1;
-    let owner = exec.new_token();
-    let lease_until = now.saturating_add(exec.config.lock_lease_ms);
-    let floor = current.next_floor();
-    append(
-        exec,
-        &LogRow {
-            state_id,
-            generation,
-            event: "acquire",
-            owner: &owner,
-            at_ms: now,
-            until_ms: lease_until,
-            floor_ms: floor,
-        },
-        &format!("acquire/{generation}/{state_id}"),
-    )?;
-    let handle = LockHandle {
-        state_id: state_id.to_string(),
-        owner: owner.clone(),
-        token: generation,
-        acquired_at_ms: now,
-        lease_until_ms: lease_until,
-        floor_ms: floor,
-        last_written_ms: 0,
-        mode: LockMode::Fenced,
-    };
+    let handle = append_claim(exec, state_id, current)?;
+    let (generation, owner, now, lease_until) = (
+        handle.token,
+        handle.owner.clone(),
+        handle.acquired_at_ms,
+        handle.lease_until_ms,
+    );
     let read = exec.sql.log_claims(state_id, generation, with_state);
     let body = match exec.run(&read.query) {
         Ok(body) => body,
@@ -290,24 +286,64 @@ fn claim<T: Transport, H: Host>(
         return Ok(Attempt::Held(info));
     }
     // Someone else claimed this generation first (or a newer one exists): report them.
-    Ok(Attempt::Held(
-        match claims.iter().find(|c| c.owner != owner) {
-            Some(c) => LockInfo {
-                state_id: state_id.to_string(),
-                owner: c.owner.clone(),
-                token: generation,
-                acquired_at_ms: c.at_ms,
-                expires_at_ms: c.until_ms,
-            },
-            None => LockInfo {
-                state_id: state_id.to_string(),
-                owner: "unknown (a newer generation exists)".into(),
-                token: generation,
-                acquired_at_ms: now,
-                expires_at_ms: lease_until,
-            },
+    Ok(Attempt::Held(rival(&claims, &handle)))
+}
+
+/// Who beat the claim `handle`, as far as its read-back `claims` tells.
+pub(crate) fn rival(claims: &[Claim], handle: &LockHandle) -> LockInfo {
+    match claims.iter().find(|c| c.owner != handle.owner) {
+        Some(c) => LockInfo {
+            state_id: handle.state_id.clone(),
+            owner: c.owner.clone(),
+            token: handle.token,
+            acquired_at_ms: c.at_ms,
+            expires_at_ms: c.until_ms,
         },
-    ))
+        None => LockInfo {
+            state_id: handle.state_id.clone(),
+            owner: "unknown (a newer generation exists)".into(),
+            token: handle.token,
+            acquired_at_ms: handle.acquired_at_ms,
+            expires_at_ms: handle.lease_until_ms,
+        },
+    }
+}
+
+/// Appends a claim on the generation after `current` (which must be free): the grant it asks
+/// for, not yet decided.
+pub(crate) fn append_claim<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    state_id: &str,
+    current: &Newest,
+) -> Result<LockHandle> {
+    let now = exec.host.now_ms();
+    let generation = current.generation + 1;
+    let owner = exec.new_token();
+    let lease_until = now.saturating_add(exec.config.lock_lease_ms);
+    let floor = current.next_floor();
+    append(
+        exec,
+        &LogRow {
+            state_id,
+            generation,
+            event: "acquire",
+            owner: &owner,
+            at_ms: now,
+            until_ms: lease_until,
+            floor_ms: floor,
+        },
+        &format!("acquire/{generation}/{state_id}"),
+    )?;
+    Ok(LockHandle {
+        state_id: state_id.to_string(),
+        owner,
+        token: generation,
+        acquired_at_ms: now,
+        lease_until_ms: lease_until,
+        floor_ms: floor,
+        last_written_ms: 0,
+        mode: LockMode::Fenced,
+    })
 }
 
 /// Decides a claim in doubt from the log: ours if the newest generation is the claimed one, held

@@ -11,6 +11,7 @@
 
 pub mod fenced;
 pub mod settle;
+pub mod update;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -47,6 +48,8 @@ pub struct Locks {
     /// Claims this instance made whose read-back failed, per state id: the claim may have won,
     /// so the next try looks in the log whether it did (see `fenced`).
     pub(crate) in_doubt: RefCell<HashMap<String, LockHandle>>,
+    /// Grants kept between updates, and the state written last (see `update`).
+    pub(crate) update: RefCell<update::Memory>,
 }
 
 /// A state read together with the grant (see `rows::StoredTuple`).
@@ -102,18 +105,30 @@ pub fn acquire_reading<T: Transport, H: Host>(
             }
             Attempt::Held(info) => info,
         };
-        let now = exec.host.now_ms();
-        if now >= deadline {
-            if config.lock_mode == LockMode::Fenced {
-                fenced::withdraw_doubt(exec, locks, state_id);
-            }
-            return Err(Error::Locked(holder));
-        }
-        // Jitter (80-120 %) keeps contenders from retrying in lockstep.
-        let jitter = 80 + (exec.host.random_u128() % 41) as u64;
-        let pause = (config.lock_retry_ms * jitter / 100).clamp(1, deadline - now);
-        exec.host.sleep_ms(pause);
+        pause(exec, locks, state_id, deadline, holder)?;
     }
+}
+
+/// One pause of the wait loop while `holder` has the lock: `Locked` once `deadline` has passed.
+pub fn pause<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    locks: &Locks,
+    state_id: &str,
+    deadline: u64,
+    holder: LockInfo,
+) -> Result<()> {
+    let now = exec.host.now_ms();
+    if now >= deadline {
+        if exec.config.lock_mode == LockMode::Fenced {
+            fenced::withdraw_doubt(exec, locks, state_id);
+        }
+        return Err(Error::Locked(holder));
+    }
+    // Jitter (80-120 %) keeps contenders from retrying in lockstep.
+    let jitter = 80 + (exec.host.random_u128() % 41) as u64;
+    let pause = (exec.config.lock_retry_ms * jitter / 100).clamp(1, deadline - now);
+    exec.host.sleep_ms(pause);
+    Ok(())
 }
 
 pub fn release<T: Transport, H: Host>(

@@ -105,6 +105,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         lock_mode: str | None = None,
         lock_lease_seconds: float | None = None,
         lock_settle_seconds: float | None = None,
+        lock_linger_seconds: float | None = None,
         retries: int | None = None,
         retry_backoff_seconds: float | None = None,
         ca_bundle: str | None = None,
@@ -136,6 +137,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
             "lock_mode": lock_mode,
             "lock_lease_seconds": lock_lease_seconds,
             "lock_settle_seconds": lock_settle_seconds,
+            "lock_linger_seconds": lock_linger_seconds,
             "retries": retries,
             "retry_backoff_seconds": retry_backoff_seconds,
         }

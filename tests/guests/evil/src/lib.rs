@@ -194,6 +194,12 @@ impl GuestStore for EvilStore {
     fn migrate(&self) -> Result<(), wit::Error> {
         Ok(())
     }
+    fn idle(&self) -> Result<Option<u64>, wit::Error> {
+        Ok(None)
+    }
+    fn close(&self) -> Result<(), wit::Error> {
+        Ok(())
+    }
 }
 
 impl GuestLock for EvilLock {

@@ -1,0 +1,237 @@
+//! `update` at one round trip: the guarded write, the kept lock (`lock_linger_seconds`), and
+//! what must never happen with them: a stale cache overwriting what another process wrote, a
+//! kept lock outliving a force-unlock, a waiting process kept out longer than the linger.
+//! Round trips are counted by the host's interceptor, one per HTTP request.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use integration_tests::state_host::clock::{Clock, VirtualClock};
+use integration_tests::state_host::http::hook::Interceptor;
+use integration_tests::state_host::{
+    Backend, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
+};
+use integration_tests::{TestTable, json, runtime};
+
+/// Counts the requests an instance sends.
+#[derive(Default)]
+struct Requests(AtomicUsize);
+
+impl Interceptor for Requests {
+    fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Duration> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        None
+    }
+}
+
+impl Requests {
+    fn take(&self) -> usize {
+        self.0.swap(0, Ordering::SeqCst)
+    }
+}
+
+async fn counted(table: &TestTable, extra: &[(&str, &str)]) -> (Backend, Arc<Requests>) {
+    let requests = Arc::new(Requests::default());
+    let options = InstanceOptions {
+        interceptor: Some(requests.clone() as Arc<dyn Interceptor>),
+        ..InstanceOptions::default()
+    };
+    let backend = runtime()
+        .open_with(&table.target.uri(), table.with(extra), options)
+        .await
+        .expect("open");
+    (backend, requests)
+}
+
+fn bookmark(i: usize) -> State {
+    State::partial(
+        "stream",
+        format!(r#"{{"singer_state":{{"bookmarks":{{"k{i}":{i}}}}}}}"#),
+    )
+}
+
+fn bookmarks(state: &State) -> serde_json::Value {
+    json(&state.partial)["singer_state"]["bookmarks"].clone()
+}
+
+#[tokio::test]
+async fn an_update_stream_costs_one_round_trip_per_update_after_the_first() {
+    let table = TestTable::new("stream_trips");
+    let (mut b, requests) = counted(&table, &[("lock_linger_seconds", "60")]).await;
+    // Meltano reads the state at the start of a run (and this instance checks the deployment).
+    assert_eq!(b.get("stream").await.unwrap(), None);
+    requests.take();
+    b.update(&bookmark(0)).await.expect("first update");
+    let first = requests.take();
+    // read the newest generation with the state, claim, guarded write
+    assert!(first <= 3, "the first update took {first} round trips");
+    for i in 1..=20 {
+        b.update(&bookmark(i)).await.expect("update");
+        assert_eq!(requests.take(), 1, "update {i}");
+    }
+    // Nothing is due yet: idle gives nothing back and sends nothing.
+    assert!(b.idle().await.unwrap().is_some());
+    assert_eq!(requests.take(), 0);
+    let stored = b.get("stream").await.unwrap().expect("stored");
+    assert_eq!(bookmarks(&stored).as_object().map(|o| o.len()), Some(21));
+    // The lock is still held (kept), by this instance; close gives it back.
+    let holder = b.lock_info("stream").await.unwrap().expect("kept");
+    b.close().await.expect("close");
+    let mut other = table.open().await;
+    assert_eq!(other.lock_info("stream").await.unwrap(), None, "{holder:?}");
+}
+
+#[tokio::test]
+async fn without_linger_an_update_gives_its_lock_back_at_once() {
+    let table = TestTable::new("no_linger");
+    let (mut b, requests) = counted(&table, &[]).await;
+    b.get("stream").await.unwrap();
+    requests.take();
+    b.update(&bookmark(0)).await.unwrap();
+    // read, claim, guarded write, release
+    assert_eq!(requests.take(), 4);
+    assert_eq!(b.lock_info("stream").await.unwrap(), None);
+    requests.take();
+    // This instance released the newest generation itself: claim, guarded write, release.
+    b.update(&bookmark(1)).await.unwrap();
+    assert_eq!(requests.take(), 3);
+    assert_eq!(b.idle().await.unwrap(), None, "nothing kept");
+}
+
+#[tokio::test]
+async fn a_kept_lock_never_writes_over_what_another_process_stored_meanwhile() {
+    let table = TestTable::new("stale_cache");
+    let mut keeper = table.open_with(&[("lock_linger_seconds", "60")]).await;
+    let mut other = table.open().await;
+    keeper.update(&bookmark(1)).await.unwrap();
+    // Another process overwrites the state without the lock (`meltano state set`).
+    other
+        .set(&State::new(
+            "stream",
+            r#"{"singer_state":{"bookmarks":{"from_set":1}}}"#,
+            "{}",
+        ))
+        .await
+        .unwrap();
+    // The keeper's cache says {k1}; merging into it would drop `from_set`.
+    keeper.update(&bookmark(2)).await.unwrap();
+    let stored = other.get("stream").await.unwrap().unwrap();
+    assert_eq!(
+        bookmarks(&stored),
+        json(r#"{"from_set":1,"k2":2}"#),
+        "merged into what was stored, not into the keeper's cache"
+    );
+    // A delete meanwhile is seen too: nothing of the cache comes back.
+    other.delete("stream").await.unwrap();
+    keeper.update(&bookmark(3)).await.unwrap();
+    let stored = other.get("stream").await.unwrap().unwrap();
+    assert_eq!(bookmarks(&stored), json(r#"{"k3":3}"#));
+    keeper.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_kept_lock_forced_open_is_taken_anew_and_nothing_is_lost() {
+    let table = TestTable::new("kept_forced");
+    let mut keeper = table.open_with(&[("lock_linger_seconds", "60")]).await;
+    let mut operator = table.open().await;
+    keeper.update(&bookmark(1)).await.unwrap();
+    let kept = keeper.lock_info("stream").await.unwrap().expect("kept");
+    assert!(operator.force_unlock("stream").await.unwrap());
+    // Someone else takes the lock and writes.
+    operator.update(&bookmark(2)).await.unwrap();
+    // The keeper's grant is gone: its guarded write is refused, it takes the lock anew (a
+    // later generation) and merges into what is stored.
+    keeper.update(&bookmark(3)).await.unwrap();
+    let now = keeper
+        .lock_info("stream")
+        .await
+        .unwrap()
+        .expect("kept again");
+    assert!(
+        now.token > kept.token + 1,
+        "a new grant: {now:?} after {kept:?}"
+    );
+    let stored = operator.get("stream").await.unwrap().unwrap();
+    assert_eq!(bookmarks(&stored), json(r#"{"k1":1,"k2":2,"k3":3}"#));
+    keeper.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiting_process_gets_a_kept_lock_within_the_linger_and_its_retry() {
+    // Virtual time: the keeper's host calls `idle` when it asks to be called (as `serve`
+    // does), and time moves only when everyone sleeps.
+    let clock = VirtualClock::new();
+    let runtime = Runtime::load(
+        &default_component_path(),
+        RuntimeOptions {
+            clock: Arc::new(clock.clone()),
+            ..integration_tests::runtime_options()
+        },
+    )
+    .expect("component loads");
+    let table = TestTable::new("kept_wait");
+    let settings = |extra: &[(&str, &str)]| {
+        let mut settings =
+            table.with(&[("lock_retry_seconds", "1"), ("lock_timeout_seconds", "60")]);
+        settings.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        settings
+    };
+    let uri = table.target.uri();
+    let mut keeper = runtime
+        .open(&uri, settings(&[("lock_linger_seconds", "5")]))
+        .await
+        .expect("open");
+    let mut waiter = runtime.open(&uri, settings(&[])).await.expect("open");
+    keeper.update(&bookmark(1)).await.unwrap();
+    let kept_at = clock.now_ms();
+    let idler = tokio::spawn({
+        let clock = clock.clone();
+        async move {
+            while let Some(due) = keeper.idle().await.expect("idle") {
+                clock.sleep(due.saturating_sub(clock.now_ms())).await;
+            }
+            // Leaves the clock, which otherwise waits for this instance to sleep too.
+            keeper.close().await.expect("close");
+        }
+    });
+    waiter
+        .update(&bookmark(2))
+        .await
+        .expect("the waiter gets the lock");
+    let waited = clock.now_ms() - kept_at;
+    // Held out while the lock was kept, let in within linger + retry (+20 % jitter).
+    assert!(
+        waited >= 4_000,
+        "the waiter got in after {waited} ms, while the lock was kept"
+    );
+    assert!(waited <= 5_000 + 1_200, "the waiter waited {waited} ms");
+    idler.await.expect("idler");
+    let stored = waiter.get("stream").await.unwrap().unwrap();
+    assert_eq!(bookmarks(&stored), json(r#"{"k1":1,"k2":2}"#));
+}
+
+#[tokio::test]
+async fn set_is_one_round_trip_and_lands_above_a_newer_stored_version() {
+    let table = TestTable::new("set_trip");
+    let (mut b, requests) = counted(&table, &[]).await;
+    b.get("x").await.unwrap();
+    requests.take();
+    b.set(&State::completed("x", r#"{"n":1}"#)).await.unwrap();
+    assert_eq!(requests.take(), 1);
+    // A version far in the future (a writer whose clock is ahead): the next set still wins.
+    table.target.must(&format!(
+        "INSERT INTO {} VALUES ('x', '{{}}', '{{\"n\":2}}', '2100-01-01 00:00:00.000')",
+        table.qualified()
+    ));
+    b.set(&State::completed("x", r#"{"n":3}"#)).await.unwrap();
+    assert_eq!(requests.take(), 1);
+    let stored = b.get("x").await.unwrap().unwrap();
+    assert_eq!(json(&stored.completed), json(r#"{"n":3}"#));
+    requests.take();
+    // A state too large for query parameters takes two round trips, and lands the same way.
+    let big = format!(r#"{{"blob":"{}"}}"#, "x".repeat(100 * 1024));
+    b.set(&State::completed("x", big.clone())).await.unwrap();
+    assert_eq!(requests.take(), 2);
+    assert_eq!(b.get("x").await.unwrap().unwrap().completed, big);
+}
