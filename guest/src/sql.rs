@@ -694,16 +694,19 @@ pub struct Guard {
 
 /// The guard as a condition over `{id:String}`, and the query carrying its parameters.
 fn guard_condition(statements: &Statements, guard: &Guard) -> (String, Query) {
+    // Two reads, one per table (each scalar subquery costs a pass of its own): the stored
+    // version, and the id's lock log folded in one aggregate.
     let condition = format!(
         "(SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {state} \
          WHERE state_id = {{id:String}}) = {{expected:UInt64}} \
-         AND (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) = {{generation:UInt64}} \
-         AND (SELECT countIf(event IN ('release', 'force')) = 0 AND ({{confirmed:UInt8}} = 1 \
-         OR (countIf(event = 'acquire' AND owner = {{owner:String}}) > 0 \
-         AND countIf(event = 'acquire' AND owner != {{owner:String}}) = 0)) \
-         FROM {log} WHERE state_id = {{id:String}} AND generation = {{generation:UInt64}}) \
-         AND (SELECT maxIf(until_ms, event IN ('acquire', 'renew')) FROM {log} \
-         WHERE state_id = {{id:String}} AND generation = {{previous:UInt64}}) <= {{previous_until:UInt64}}",
+         AND (SELECT max(generation) = {{generation:UInt64}} \
+         AND countIf(generation = {{generation:UInt64}} AND event IN ('release', 'force')) = 0 \
+         AND ({{confirmed:UInt8}} = 1 OR (countIf(generation = {{generation:UInt64}} \
+         AND event = 'acquire' AND owner = {{owner:String}}) > 0 \
+         AND countIf(generation = {{generation:UInt64}} AND event = 'acquire' \
+         AND owner != {{owner:String}}) = 0)) \
+         AND maxIf(until_ms, generation = {{previous:UInt64}} AND event IN ('acquire', 'renew')) \
+         <= {{previous_until:UInt64}} FROM {log} WHERE state_id = {{id:String}})",
         state = statements.state,
         log = statements.log
     );

@@ -11,7 +11,7 @@ use crate::exec::{Exec, Host};
 use crate::glob;
 use crate::http::Transport;
 use crate::lock::update::{self, Prepared, Written};
-use crate::lock::{self, LockHandle, Locks, Prefetch, StoredRow};
+use crate::lock::{self, LockHandle, Locks, StoredRow};
 use crate::merge::merge;
 use crate::rows;
 use crate::sql::{Query, StateRow};
@@ -131,9 +131,8 @@ impl<T: Transport, H: Host> Store<T, H> {
         let partial = parse_object(&state.partial, "partial state")?;
         let completed = parse_object(&state.completed, "completed state")?;
         if self.exec.config.lock_mode == LockMode::Settle {
-            let (mut held, prefetch) =
-                lock::acquire_reading(&self.exec, &self.locks, &state.state_id, true)?;
-            let result = self.update_locked(state, partial, completed, &mut held, prefetch);
+            let mut held = lock::acquire(&self.exec, &self.locks, &state.state_id)?;
+            let result = self.update_locked(state, partial, completed, &mut held);
             let released = lock::release(&self.exec, &self.locks, &held);
             return result.and(released);
         }
@@ -245,19 +244,8 @@ impl<T: Transport, H: Host> Store<T, H> {
         partial: Map<String, Value>,
         completed: Map<String, Value>,
         lock: &mut LockHandle,
-        prefetch: Prefetch,
     ) -> Result<()> {
-        let stored = match prefetch {
-            Prefetch::Fetched(row) => row.map(|(partial, completed, version)| {
-                let state = State {
-                    state_id: state.state_id.clone(),
-                    partial: or_empty(partial),
-                    completed: or_empty(completed),
-                };
-                (state, version)
-            }),
-            Prefetch::NotFetched => self.get_versioned(&state.state_id)?,
-        };
+        let stored = self.get_versioned(&state.state_id)?;
         let stored_version = stored.as_ref().map_or(0, |(_, v)| *v);
         let to_write = merged(state, partial, completed, stored);
         let version = lock::write_version(&self.exec, lock, stored_version)?;

@@ -10,8 +10,15 @@
 //! - `meltano`: Meltano's own `StateStoreManager.update` on the Python adapter, which takes the
 //!   lock, reads, writes under the lock's token and releases: four bridge calls.
 //!
+//! Then the **update stream** (`python/bench/update_stream.py`): Meltano runs of STATE messages
+//! on one id each, through Meltano's API, on this adapter (default and settle mode) and on the
+//! original backend's test copy; the first message and the steady state apart; then `set`, `get`
+//! and `state-ids` against the original's. It writes `tests/benches/results/meltano.md` and
+//! `stream.svg`.
+//!
 //! Needs the project's .venv (Meltano and the adapter) and a built `state-backend` (release if
-//! there is one). `BENCH_UPDATES` sets the updates per path per round (default 100).
+//! there is one). `BENCH_UPDATES` sets the updates per path per round (default 100),
+//! `BENCH_MESSAGES` the STATE messages of a stream (default 1000).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,6 +33,8 @@ use integration_tests::{TestTable, runtime};
 #[path = "report/stats.rs"]
 mod stats;
 use stats::Samples;
+#[path = "report/plot.rs"]
+mod plot;
 
 const ROUNDS: usize = 3;
 
@@ -60,6 +69,46 @@ async fn library(table: &TestTable, n: usize) -> Vec<f64> {
     }
     backend.close().await.expect("close");
     times
+}
+
+/// The update stream and the other calls, against the original (see the module comment).
+fn update_stream(table: &TestTable, messages: usize) -> serde_json::Value {
+    let target = &table.target;
+    let kwargs = serde_json::json!({
+        "uri": target.uri(),
+        "schema": integration_tests::SCHEMA,
+        "table": table.name,
+        "allow_loopback": true,
+        "clickhouse": {
+            "secure": target.secure, "host": target.host, "port": target.port,
+            "user": target.user, "password": target.password,
+        },
+    });
+    let (slow, streams, ops) = (10, 3, 100);
+    let mut child = Command::new(root().join(".venv/bin/python"))
+        .arg(root().join("python/bench/update_stream.py"))
+        .args([messages, slow, streams, ops].map(|n| n.to_string()))
+        .env("STATE_BACKEND_BIN", host_binary())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("runs .venv/bin/python (run tests/bootstrap.sh first)");
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "{kwargs}").expect("writes the settings");
+    drop(stdin);
+    let output = child.wait_with_output().expect("waits");
+    assert!(output.status.success(), "the update stream failed");
+    let text = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(text.lines().last().expect("an answer")).expect("JSON")
+}
+
+fn samples(value: &serde_json::Value, name: &str) -> Samples {
+    value[name]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {name}"))
+        .iter()
+        .filter_map(|v| v.as_f64())
+        .collect()
 }
 
 /// Runs the Python side; returns (meltano, bridge) latencies in ms.
@@ -113,6 +162,13 @@ fn main() {
         bridge.extend(b);
     }
     let [lib, meltano, bridge] = [lib, meltano, bridge].map(Samples::from_iter);
+    let messages: usize = std::env::var("BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let stream_started = Instant::now();
+    let stream = update_stream(&table, messages);
+    let stream_seconds = stream_started.elapsed().as_secs_f64();
     let base = lib.p50();
     println!(
         "update cost, {} updates per path in {ROUNDS} alternating rounds ({:.0} s), host {}",
@@ -134,4 +190,74 @@ fn main() {
             times.p50() / base
         );
     }
+    let mut report = format!(
+        "# Meltano's API: the update stream and the other calls\n\n\
+         `cargo bench -p integration-tests --bench meltano` on {}, host `{}`, {:.0} s. \
+         Each stream is a Meltano run on one state id: a fresh manager, Meltano's read of the \
+         state, then one `update` (Meltano's `StateStoreManager.update`) per STATE message. \
+         Three streams per backend, alternating; {messages} messages per stream for ours, 10 \
+         for settle mode and the original (each waits out a one-second settle). The original \
+         is its test copy (`python/tests/original_backend.py`).\n\n\
+         | stream | messages | first p50 ms | steady p50 ms | steady p99 ms | original p50 / this p50 (steady) |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+        integration_tests::machine_summary(),
+        host_binary().display(),
+        stream_seconds
+    );
+    let original_steady = samples(&stream, "original_steady").p50();
+    for (name, label) in [
+        ("ours", "ours (fenced, lock kept 5 s)"),
+        ("settle", "ours, settle mode"),
+        ("original", "the original"),
+    ] {
+        let first = samples(&stream, &format!("{name}_first"));
+        let steady = samples(&stream, &format!("{name}_steady"));
+        report += &format!(
+            "| {label} | {} | {:.1} | {:.2} | {:.2} | {:.1}x |\n",
+            steady.len() + first.len(),
+            first.p50(),
+            steady.p50(),
+            steady.p99(),
+            original_steady / steady.p50()
+        );
+    }
+    report +=
+        "\n| call | original p50 ms | ours p50 ms | ours / original |\n|---|---:|---:|---:|\n";
+    for name in ["set", "get", "state_ids"] {
+        let ours = samples(&stream, &format!("ours_{name}"));
+        let original = samples(&stream, &format!("original_{name}"));
+        report += &format!(
+            "| {} | {:.2} | {:.2} | {:.2}x |\n",
+            name.replace('_', "-"),
+            original.p50(),
+            ours.p50(),
+            ours.p50() / original.p50()
+        );
+    }
+    println!("\n{report}");
+    let results = root().join("tests/benches/results");
+    std::fs::write(results.join("meltano.md"), &report).expect("writes meltano.md");
+    let parts: Vec<(String, Samples)> = ["ours", "settle", "original"]
+        .iter()
+        .flat_map(|name| ["first", "steady"].map(|part| format!("{name}_{part}")))
+        .map(|key| {
+            let s = samples(&stream, &key);
+            (key, s)
+        })
+        .collect();
+    let series: Vec<plot::Series<'_>> = parts
+        .iter()
+        .map(|(key, s)| plot::Series {
+            group: key.split('_').next().unwrap_or(""),
+            label: key.split('_').nth(1).unwrap_or(""),
+            samples: s,
+            baseline: key.starts_with("original"),
+        })
+        .collect();
+    plot::latency(
+        &results.join("stream.svg"),
+        "update per STATE message through Meltano's API (ms, log scale)",
+        &series,
+    )
+    .expect("plots");
 }

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use clickhouse_state::config::Config;
 use clickhouse_state::deployment::{Consistency, Kind};
 use clickhouse_state::http::{Client, Request, Response, Transport, TransportError};
-use clickhouse_state::sql::{Query, Role, Statements};
+use clickhouse_state::lock::fenced;
+use clickhouse_state::rows;
+use clickhouse_state::sql::{Guard, Query, Role, StateRow, Statements};
 use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{Error, InstanceOptions, State};
 use integration_tests::{LocalServer, Target, TestTable, runtime};
@@ -166,6 +168,27 @@ impl Transport for Ureq {
     }
 }
 
+/// A row of another id than the one whose version the test checks.
+fn state_row(n: u64) -> StateRow<'static> {
+    StateRow {
+        state_id: "g",
+        partial: "{}",
+        completed: "{}",
+        version_ms: 1_700_000_000_000 + n,
+    }
+}
+
+fn guard() -> Guard {
+    Guard {
+        state_id: "g".into(),
+        generation: 1,
+        owner: "o".into(),
+        confirmed: false,
+        previous_until: u64::MAX,
+        expected_version: 0,
+    }
+}
+
 /// Every statement the backend sends, with the settings of every kind, runs on the real engine:
 /// a misspelt setting or value (an error there, UNKNOWN_SETTING or a bad value) fails here.
 /// Settings for replication have no effect on one server, but they must be accepted.
@@ -217,9 +240,19 @@ fn every_kind_sends_settings_the_engine_accepts() {
                 sql.lock_delete("s", "l"),
                 sql.log_prune("s", 0),
                 sql.delete_up_to("s", 1),
+                sql.log_outlook("s").query,
+                sql.write_guarded(state_row(n), &guard(), &token),
+                sql.guard_holds(&guard()),
+                sql.set_above_stored(state_row(n), &format!("{token}s")),
             ];
             let roles: Vec<Role> = queries.iter().map(|q| q.role).collect();
-            for role in [Role::Read, Role::Deciding, Role::Insert, Role::Mutation] {
+            for role in [
+                Role::Read,
+                Role::Deciding,
+                Role::Insert,
+                Role::GuardedInsert,
+                Role::Mutation,
+            ] {
                 assert!(
                     roles.contains(&role) || role == Role::Read,
                     "{role:?} is tried"
@@ -293,4 +326,132 @@ async fn one_server_gets_synchronous_deduplicated_inserts_and_consistent_decidin
     // the update's log reads, the set's version read
     assert!(deciding >= 3, "{urls:?}");
     assert!(urls.iter().all(|u| !u.contains("insert_quorum")));
+}
+
+/// The guarded write's condition, as the server evaluates it (`guard_holds`, the WHERE of
+/// `write_guarded`), against the same rule in Rust (`fenced::admits`, which the model runs) on
+/// the log and state the guest's own reads return: equal in every case, and each case decides
+/// as it should.
+#[test]
+fn the_guard_in_sql_decides_as_the_guard_in_rust() {
+    let table = TestTable::new("guard");
+    let config = Config::parse(&table.target.uri(), &table.settings()).unwrap();
+    let sql = Statements::new(&config);
+    let client = Client::new(&config, Ureq);
+    for statement in sql.migration() {
+        client.execute(&statement).expect("schema");
+    }
+    let log = |id: &str, generation: u64, event: &str, owner: &str, until: u64| {
+        let row = format!(
+            r#"{{"state_id":"{id}","generation":{generation},"event":"{event}","owner":"{owner}","at_ms":1,"until_ms":{until},"floor_ms":0}}"#
+        );
+        client
+            .execute(&sql.log_insert(
+                row.into_bytes(),
+                &format!("{id}/{generation}/{event}/{owner}/{until}"),
+            ))
+            .expect("log row");
+    };
+    let state = |id: &str, version_ms: u64| {
+        let mut data = Vec::new();
+        StateRow {
+            state_id: id,
+            partial: "{}",
+            completed: "{}",
+            version_ms,
+        }
+        .encode(&mut data)
+        .unwrap();
+        client
+            .execute(&sql.insert_states(data, &format!("{id}/{version_ms}")))
+            .expect("state row");
+    };
+    let guard = |id: &str, confirmed: bool, previous_until: u64, expected_version: u64| Guard {
+        state_id: id.into(),
+        generation: 2,
+        owner: "me".into(),
+        confirmed,
+        previous_until,
+        expected_version,
+    };
+    // Every case: generation 1 (lease until 1000) was someone's; "me" claimed generation 2.
+    // Versions are B + 500 (stored in every case but "none") and B + 600 (a later write).
+    const B: u64 = 1_700_000_000_000;
+    let mut cases: Vec<(&str, Guard, bool)> = Vec::new();
+    for id in [
+        "alone", "rival", "released", "forced", "newer", "renewed", "stale", "none",
+    ] {
+        log(id, 1, "acquire", "before", 1_000);
+        log(id, 2, "acquire", "me", 9_000);
+        if id != "none" {
+            state(id, B + 500);
+        }
+    }
+    cases.push(("alone", guard("alone", false, 1_000, B + 500), true));
+    cases.push((
+        "alone, confirmed",
+        guard("alone", true, u64::MAX, B + 500),
+        true,
+    ));
+    log("rival", 2, "acquire", "rival", 9_000);
+    cases.push(("rival", guard("rival", false, 1_000, B + 500), false));
+    cases.push((
+        "rival, confirmed",
+        guard("rival", true, u64::MAX, B + 500),
+        true,
+    ));
+    log("released", 2, "release", "me", 0);
+    cases.push((
+        "released",
+        guard("released", true, u64::MAX, B + 500),
+        false,
+    ));
+    log("forced", 2, "force", "operator", 0);
+    cases.push(("forced", guard("forced", true, u64::MAX, B + 500), false));
+    log("newer", 3, "acquire", "next", 20_000);
+    cases.push(("newer", guard("newer", true, u64::MAX, B + 500), false));
+    log("renewed", 1, "renew", "before", 2_000);
+    cases.push(("renewed", guard("renewed", false, 1_000, B + 500), false));
+    cases.push((
+        "renewed, confirmed",
+        guard("renewed", true, u64::MAX, B + 500),
+        true,
+    ));
+    state("stale", B + 600);
+    cases.push(("stale", guard("stale", true, u64::MAX, B + 500), false));
+    cases.push((
+        "stale, fresh",
+        guard("stale", true, u64::MAX, B + 600),
+        true,
+    ));
+    cases.push(("none stored", guard("none", false, 1_000, 0), true));
+    cases.push((
+        "none stored, expected one",
+        guard("none", false, 1_000, B + 500),
+        false,
+    ));
+    for (name, guard, expected) in cases {
+        let in_sql = rows::number(&client.execute(&sql.guard_holds(&guard)).unwrap()).unwrap();
+        let newest = rows::first(
+            &client
+                .execute(&sql.log_state(&guard.state_id).query)
+                .unwrap(),
+        )
+        .unwrap()
+        .unwrap_or_default();
+        let claims: Vec<fenced::Claim> = rows::all(
+            &client
+                .execute(
+                    &sql.log_claims(&guard.state_id, guard.generation, false)
+                        .query,
+                )
+                .unwrap(),
+        )
+        .unwrap();
+        let stored =
+            rows::number(&client.execute(&sql.version_of(&guard.state_id)).unwrap()).unwrap();
+        let in_rust = fenced::admits(&guard, &newest, &claims, stored);
+        assert_eq!(in_sql == 1, in_rust, "{name}: SQL and Rust disagree");
+        assert_eq!(in_rust, expected, "{name}");
+    }
 }

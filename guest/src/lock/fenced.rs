@@ -24,7 +24,7 @@
 
 use serde::Serialize;
 
-use super::{Attempt, LockHandle, Locks, Prefetch};
+use super::{Attempt, LockHandle, Locks};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host, Level};
@@ -180,19 +180,18 @@ pub(crate) fn attempt<T: Transport, H: Host>(
     exec: &Exec<T, H>,
     locks: &Locks,
     state_id: &str,
-    with_state: bool,
 ) -> Result<Attempt> {
     // A claim of ours whose read-back failed may have won: the log says whether it did.
     let doubt = locks.in_doubt.borrow_mut().remove(state_id);
     if let Some(doubt) = doubt {
-        return resolve_doubt(exec, locks, state_id, doubt, with_state);
+        return resolve_doubt(exec, locks, state_id, doubt);
     }
     // Fast path: this instance released the newest generation itself (Meltano's pattern: one
     // process, one state id, an update per STATE message), so claim the next one without
     // reading first. If anyone else got there, the claim loses and the full path runs.
     let last = locks.released.borrow_mut().remove(state_id);
     if let Some(last) = last
-        && let granted @ Attempt::Granted(..) = claim(exec, locks, state_id, &last, with_state)?
+        && let granted @ Attempt::Granted(..) = claim(exec, locks, state_id, &last)?
     {
         return Ok(granted);
     }
@@ -201,7 +200,7 @@ pub(crate) fn attempt<T: Transport, H: Host>(
     if !current.is_free(now) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
-    claim(exec, locks, state_id, &current, with_state)
+    claim(exec, locks, state_id, &current)
 }
 
 /// Claims the generation after `current` (which must be free) and reads back who got it.
@@ -210,7 +209,6 @@ fn claim<T: Transport, H: Host>(
     locks: &Locks,
     state_id: &str,
     current: &Newest,
-    with_state: bool,
 ) -> Result<Attempt> {
     let handle = append_claim(exec, state_id, current)?;
     let (generation, owner, now, lease_until) = (
@@ -219,7 +217,7 @@ fn claim<T: Transport, H: Host>(
         handle.acquired_at_ms,
         handle.lease_until_ms,
     );
-    let read = exec.sql.log_claims(state_id, generation, with_state);
+    let read = exec.sql.log_claims(state_id, generation, false);
     let body = match exec.run(&read.query) {
         Ok(body) => body,
         // The claim is in the log or not, and nobody knows which: if it won, the id would stay
@@ -247,7 +245,7 @@ fn claim<T: Transport, H: Host>(
         }
         Err(e) => return Err(e),
     };
-    let mut claims: Vec<Claim> = rows::all(&body)?;
+    let claims: Vec<Claim> = rows::all(&body)?;
     // The generation this claim replaces was free because its lease had ended. If its holder's
     // renewal landed since (it stalled, or its clock is behind), that holder may have checked
     // the log before this claim landed and gone on: the claim loses, and stays in the log until
@@ -273,12 +271,7 @@ fn claim<T: Transport, H: Host>(
                     .log(Level::Warn, &format!("pruning the lock log failed: {e}"));
             }
         }
-        let prefetch = if with_state {
-            Prefetch::Fetched(claims.first_mut().and_then(|c| c.stored.pop()))
-        } else {
-            Prefetch::NotFetched
-        };
-        return Ok(Attempt::Granted(handle, prefetch));
+        return Ok(Attempt::Granted(handle));
     }
     if renewed_since {
         let mut info = current.info(state_id);
@@ -353,7 +346,6 @@ fn resolve_doubt<T: Transport, H: Host>(
     locks: &Locks,
     state_id: &str,
     doubt: LockHandle,
-    with_state: bool,
 ) -> Result<Attempt> {
     let current = match newest(exec, state_id) {
         Ok(current) => current,
@@ -374,12 +366,12 @@ fn resolve_doubt<T: Transport, H: Host>(
                 doubt.token
             ),
         );
-        return Ok(Attempt::Granted(doubt, Prefetch::NotFetched));
+        return Ok(Attempt::Granted(doubt));
     }
     if !current.is_free(now) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
-    claim(exec, locks, state_id, &current, with_state)
+    claim(exec, locks, state_id, &current)
 }
 
 /// When a lock is given up with a claim still in doubt: if the claim won, release it, so that

@@ -55,17 +55,9 @@ pub struct Locks {
 /// A state read together with the grant (see `rows::StoredTuple`).
 pub use crate::rows::StoredTuple as StoredRow;
 
-/// What a grant brought along.
-pub enum Prefetch {
-    /// The protocol read nothing: read the state yourself.
-    NotFetched,
-    /// The stored state, read in the same round trip that confirmed the grant.
-    Fetched(Option<StoredRow>),
-}
-
 /// The outcome of one try.
 pub(crate) enum Attempt {
-    Granted(LockHandle, Prefetch),
+    Granted(LockHandle),
     Held(LockInfo),
 }
 
@@ -74,26 +66,15 @@ pub fn acquire<T: Transport, H: Host>(
     locks: &Locks,
     state_id: &str,
 ) -> Result<LockHandle> {
-    acquire_reading(exec, locks, state_id, false).map(|(handle, _)| handle)
-}
-
-/// Acquires, and where the protocol can, reads the stored state in the same round trip that
-/// confirms the grant (the hot path of `update`).
-pub fn acquire_reading<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    locks: &Locks,
-    state_id: &str,
-    with_state: bool,
-) -> Result<(LockHandle, Prefetch)> {
     let config = &exec.config;
     let deadline = exec.host.now_ms().saturating_add(config.lock_timeout_ms);
     loop {
         let attempt = match config.lock_mode {
-            LockMode::Fenced => fenced::attempt(exec, locks, state_id, with_state)?,
+            LockMode::Fenced => fenced::attempt(exec, locks, state_id)?,
             LockMode::Settle => settle::attempt(exec, state_id)?,
         };
         let holder = match attempt {
-            Attempt::Granted(handle, prefetch) => {
+            Attempt::Granted(handle) => {
                 exec.host.log(
                     Level::Debug,
                     &format!(
@@ -101,7 +82,7 @@ pub fn acquire_reading<T: Transport, H: Host>(
                         handle.owner, handle.token
                     ),
                 );
-                return Ok((handle, prefetch));
+                return Ok(handle);
             }
             Attempt::Held(info) => info,
         };

@@ -18,7 +18,7 @@
 
 use serde::Serialize;
 
-use super::{Attempt, LockHandle, Prefetch};
+use super::{Attempt, LockHandle};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host};
@@ -95,19 +95,16 @@ pub(crate) fn attempt<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) 
     exec.host.sleep_ms(exec.config.lock_settle_ms);
     let all = candidates(exec, state_id, cutoff)?;
     match winner(&all, &lock_id, inserted, exec.config.lock_settle_ms) {
-        Some(w) if w.lock_id == lock_id => Ok(Attempt::Granted(
-            LockHandle {
-                state_id: state_id.to_string(),
-                owner: lock_id,
-                token: 0,
-                acquired_at_ms: now,
-                lease_until_ms: now + lease,
-                floor_ms: 0,
-                last_written_ms: 0,
-                mode: LockMode::Settle,
-            },
-            Prefetch::NotFetched,
-        )),
+        Some(w) if w.lock_id == lock_id => Ok(Attempt::Granted(LockHandle {
+            state_id: state_id.to_string(),
+            owner: lock_id,
+            token: 0,
+            acquired_at_ms: now,
+            lease_until_ms: now + lease,
+            floor_ms: 0,
+            last_written_ms: 0,
+            mode: LockMode::Settle,
+        })),
         other => {
             // Lost the draw: withdraw and let the winner go first.
             exec.run(&exec.sql.lock_delete(state_id, &lock_id))?;

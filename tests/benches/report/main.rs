@@ -93,29 +93,6 @@ fn guest_state(id: &str, partial: String, completed: String) -> clickhouse_state
     }
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let memory_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kib| kib.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
-    format!("{cpu}, {cores} cores, {memory_gib:.0} GiB")
-}
-
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
@@ -302,7 +279,7 @@ impl Bench {
     /// 3. Uncontended update, fenced vs settle; throughput with several writers.
     fn lock(&mut self) -> (Samples, Samples) {
         let table = TestTable::new("bench_lock");
-        let timed = |mode: &str, n: usize| {
+        let timed = |mode: &str, linger: &str, n: usize| {
             let counter = Arc::new(Counter(AtomicUsize::new(0)));
             let options = InstanceOptions {
                 label: format!("bench-{mode}"),
@@ -313,11 +290,11 @@ impl Bench {
                 .tokio
                 .block_on(runtime().open_with(
                     &table.target.uri(),
-                    table.with(&[("lock_mode", mode)]),
+                    table.with(&[("lock_mode", mode), ("lock_linger_seconds", linger)]),
                     options,
                 ))
                 .expect("opens");
-            let id = format!("bench:{mode}");
+            let id = format!("bench:{mode}:{linger}");
             self.tokio
                 .block_on(backend.update(&State::partial(&id, bookmark(0))))
                 .expect("warm-up");
@@ -332,16 +309,25 @@ impl Bench {
                     .expect("update");
             }
             let trips = counter.0.load(Ordering::SeqCst) as f64 / n as f64;
+            self.tokio.block_on(backend.close()).expect("closes");
             (samples, trips)
         };
-        let (fenced, fenced_trips) = timed("fenced", self.mode.fenced);
-        let (settle, settle_trips) = timed("settle", self.mode.settle);
+        let (fenced, fenced_trips) = timed("fenced", "0", self.mode.fenced);
+        let (kept, kept_trips) = timed("fenced", "5", self.mode.fenced);
+        let (settle, settle_trips) = timed("settle", "0", self.mode.settle);
         let _ = writeln!(
             self.md,
-            "\n## 3. The lock\n\nUncontended `update` (lock, read, write, release) of one id.\n\n\
+            "\n## 3. The lock\n\nUncontended `update` of one id, one instance, after a first \
+             update (steady state).\n\n\
              | lock mode | updates | p50 ms | p99 ms | round trips |\n|---|---:|---:|---:|---:|\n\
-             | fenced (default) | {} | {:.1} | {:.1} | {:.1} |\n| settle (1.0 s) | {} | {:.1} | {:.1} | {:.1} |\n\n\
-             settle / fenced at p50: **{:.0}x**.\n\n| writers | updates/s, one id | updates/s, an id each |\n|---:|---:|---:|",
+             | fenced, lock kept between updates (`lock_linger_seconds=5`; `serve`'s default) | {} | {:.1} | {:.1} | {:.1} |\n\
+             | fenced, released after each (the library's default) | {} | {:.1} | {:.1} | {:.1} |\n\
+             | settle (1.0 s) | {} | {:.1} | {:.1} | {:.1} |\n\n\
+             settle / fenced kept at p50: **{:.0}x**.\n\n| writers | updates/s, one id | updates/s, an id each |\n|---:|---:|---:|",
+            kept.len(),
+            kept.p50(),
+            kept.p99(),
+            kept_trips,
             fenced.len(),
             fenced.p50(),
             fenced.p99(),
@@ -350,14 +336,14 @@ impl Bench {
             settle.p50(),
             settle.p99(),
             settle_trips,
-            settle.p50() / fenced.p50()
+            settle.p50() / kept.p50()
         );
         for &writers in self.mode.writers {
             let shared = self.throughput(&table, writers, true);
             let distinct = self.throughput(&table, writers, false);
             let _ = writeln!(self.md, "| {writers} | {shared:.1} | {distinct:.1} |");
         }
-        (fenced, settle)
+        (kept, settle)
     }
 
     fn throughput(&self, table: &Arc<TestTable>, writers: usize, one_id: bool) -> f64 {
@@ -557,7 +543,7 @@ fn main() {
              unless $CLICKHOUSE_URL said otherwise. Regenerate with `just bench`.\n",
             mode.name,
             humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
-            machine()
+            integration_tests::machine_summary()
         ),
         mode,
     };
@@ -608,7 +594,7 @@ fn main() {
     }
     series.push(plot::Series {
         group: "update",
-        label: "fenced lock",
+        label: "fenced, kept",
         samples: &fenced,
         baseline: true,
     });
