@@ -2,8 +2,7 @@
 
 Reads the manager's keyword arguments as one JSON line on stdin, then times N calls of each:
 
-- ``meltano``: Meltano's own final ``StateStoreManager.update`` on this adapter (lock, get,
-  fenced set, release: four bridge calls);
+- ``meltano``: Meltano's ``StateStoreManager.update`` on this adapter (one bridge call);
 - ``bridge``: the component's ``update`` as one bridge call (pipe + JSON + the host library).
 
 Prints {"meltano": [ms, ...], "bridge": [ms, ...]} on the last line of stdout.
