@@ -235,3 +235,66 @@ async fn set_is_one_round_trip_and_lands_above_a_newer_stored_version() {
     assert_eq!(requests.take(), 2);
     assert_eq!(b.get("x").await.unwrap().unwrap().completed, big);
 }
+
+/// Signals the first request an instance sends after `arm`.
+#[derive(Default)]
+struct FirstRequestAfterArm {
+    armed: std::sync::atomic::AtomicBool,
+    sent: tokio::sync::Notify,
+}
+
+impl Interceptor for FirstRequestAfterArm {
+    fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Duration> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.sent.notify_one();
+        }
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_lock_forced_open_never_writes_under_the_next_holder() {
+    // The keeper's grant is forced open and another process takes the lock and reads the
+    // state. The keeper's next update must not land before that holder's write (which would
+    // bury it): its guard sees the newer grant, and the update waits for the lock instead.
+    let table = TestTable::new("kept_next_holder");
+    let signal = Arc::new(FirstRequestAfterArm::default());
+    let options = InstanceOptions {
+        interceptor: Some(signal.clone() as Arc<dyn Interceptor>),
+        ..InstanceOptions::default()
+    };
+    let mut keeper = runtime()
+        .open_with(
+            &table.target.uri(),
+            table.with(&[
+                ("lock_linger_seconds", "60"),
+                ("lock_retry_seconds", "0.05"),
+            ]),
+            options,
+        )
+        .await
+        .expect("open");
+    let mut next = table.open().await;
+    keeper.update(&bookmark(1)).await.unwrap();
+    assert!(next.force_unlock("stream").await.unwrap());
+    let lock = next.acquire_lock("stream").await.expect("the next holder");
+    let read = next.get("stream").await.unwrap().expect("k1 stored");
+    signal.armed.store(true, Ordering::SeqCst);
+    let keeping = tokio::spawn(async move {
+        keeper.update(&bookmark(3)).await.expect("update");
+        keeper
+    });
+    // Once the keeper's write has gone out, the holder writes what it read plus its own.
+    signal.sent.notified().await;
+    let mut with_k2 = bookmarks(&read);
+    with_k2["k2"] = 2.into();
+    let partial = serde_json::json!({ "singer_state": { "bookmarks": with_k2 } });
+    next.set_locked(&State::partial("stream", partial.to_string()), &lock)
+        .await
+        .expect("the holder's write");
+    next.release(lock).await.unwrap();
+    let keeper = keeping.await.expect("keeper");
+    keeper.close().await.unwrap();
+    let stored = next.get("stream").await.unwrap().unwrap();
+    assert_eq!(bookmarks(&stored), json(r#"{"k1":1,"k2":2,"k3":3}"#));
+}
