@@ -150,10 +150,14 @@ impl<T: Transport, H: Host> Store<T, H> {
                 }
             };
             match self.write_merged(&mut ready, state, &partial, &completed) {
-                Ok(Some(written)) => {
+                Ok(Ok(written)) => {
                     return update::keep(&self.exec, &self.locks, ready, written);
                 }
-                Ok(None) => {} // the grant was lost: take the lock anew
+                // The grant is not this update's: wait as for any holder, then take the lock
+                // anew.
+                Ok(Err(holder)) => {
+                    lock::pause(&self.exec, &self.locks, &state.state_id, deadline, holder)?;
+                }
                 Err(e) => {
                     update::abandon(&self.exec, &self.locks, ready);
                     return Err(e);
@@ -164,14 +168,15 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     /// Merges the update into the grant's basis and writes it through the guard; when the
     /// guard refuses because the stored state changed, merges into what is stored now and
-    /// tries again. Returns what was written, or `None` when the grant is not this update's.
+    /// tries again. Returns what was written, or who has the lock when the grant is not this
+    /// update's.
     fn write_merged(
         &self,
         ready: &mut update::Ready,
         state: &State,
         partial: &Map<String, Value>,
         completed: &Map<String, Value>,
-    ) -> Result<Option<StoredRow>> {
+    ) -> Result<std::result::Result<StoredRow, LockInfo>> {
         // Each refusal means someone wrote the id without its lock in between: a few are
         // possible, an endless stream is not something to chase.
         for _ in 0..4 {
@@ -204,7 +209,7 @@ impl<T: Transport, H: Host> Store<T, H> {
             )? {
                 Written::Done => {
                     lock::confirm_write(&self.exec, &ready.handle)?;
-                    return Ok(Some((
+                    return Ok(Ok((
                         Some(to_write.partial),
                         Some(to_write.completed),
                         version,
@@ -227,7 +232,7 @@ impl<T: Transport, H: Host> Store<T, H> {
                             state.state_id, holder.owner, holder.token
                         ),
                     );
-                    return Ok(None);
+                    return Ok(Err(holder));
                 }
             }
         }

@@ -182,7 +182,7 @@ fn resume<T: Transport, H: Host>(
     let lease = exec.config.lock_lease_ms;
     if fenced::near_lease_end(now, handle.lease_until_ms, lease) {
         // Too late to renew safely: hand it back and claim anew.
-        if let Err(e) = fenced::release(exec, locks, &handle) {
+        if let Err(e) = release(exec, locks, &handle, basis) {
             exec.host.log(
                 Level::Warn,
                 &format!("releasing an expiring kept lock failed: {e}"),
