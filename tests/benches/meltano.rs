@@ -86,9 +86,16 @@ fn update_stream(table: &TestTable, messages: usize) -> serde_json::Value {
         },
     });
     let (slow, streams, ops) = (10, 3, 100);
+    let args = [messages, slow, streams, ops].map(|n| n.to_string());
+    run_python("update_stream.py", &args, &kwargs)
+}
+
+/// Runs `python/bench/<script>` with `args`, `kwargs` as one JSON line on its stdin; returns
+/// the JSON object on the last line of its output.
+fn run_python(script: &str, args: &[String], kwargs: &serde_json::Value) -> serde_json::Value {
     let mut child = Command::new(root().join(".venv/bin/python"))
-        .arg(root().join("python/bench/update_stream.py"))
-        .args([messages, slow, streams, ops].map(|n| n.to_string()))
+        .arg(root().join("python/bench").join(script))
+        .args(args)
         .env("STATE_BACKEND_BIN", host_binary())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -98,18 +105,23 @@ fn update_stream(table: &TestTable, messages: usize) -> serde_json::Value {
     writeln!(stdin, "{kwargs}").expect("writes the settings");
     drop(stdin);
     let output = child.wait_with_output().expect("waits");
-    assert!(output.status.success(), "the update stream failed");
+    assert!(output.status.success(), "{script} failed");
     let text = String::from_utf8_lossy(&output.stdout);
     serde_json::from_str(text.lines().last().expect("an answer")).expect("JSON")
 }
 
-fn samples(value: &serde_json::Value, name: &str) -> Samples {
+/// The list of milliseconds named `name` in a Python side's answer.
+fn floats(value: &serde_json::Value, name: &str) -> Vec<f64> {
     value[name]
         .as_array()
         .unwrap_or_else(|| panic!("no {name}"))
         .iter()
         .filter_map(|v| v.as_f64())
         .collect()
+}
+
+fn samples(value: &serde_json::Value, name: &str) -> Samples {
+    floats(value, name).into_iter().collect()
 }
 
 /// Runs the Python side; returns (meltano, bridge) latencies in ms.
@@ -120,31 +132,8 @@ fn python(table: &TestTable, n: usize) -> (Vec<f64>, Vec<f64>) {
         "table": table.name,
         "allow_loopback": true,
     });
-    let mut child = Command::new(root().join(".venv/bin/python"))
-        .arg(root().join("python/bench/update_cost.py"))
-        .arg(n.to_string())
-        .env("STATE_BACKEND_BIN", host_binary())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("runs .venv/bin/python (run tests/bootstrap.sh first)");
-    let mut stdin = child.stdin.take().expect("stdin");
-    writeln!(stdin, "{kwargs}").expect("writes the settings");
-    drop(stdin);
-    let output = child.wait_with_output().expect("waits");
-    assert!(output.status.success(), "the Python side failed");
-    let text = String::from_utf8_lossy(&output.stdout);
-    let last = text.lines().last().expect("an answer");
-    let value: serde_json::Value = serde_json::from_str(last).expect("JSON");
-    let list = |name: &str| -> Vec<f64> {
-        value[name]
-            .as_array()
-            .expect("a list")
-            .iter()
-            .filter_map(|v| v.as_f64())
-            .collect()
-    };
-    (list("meltano"), list("bridge"))
+    let value = run_python("update_cost.py", &[n.to_string()], &kwargs);
+    (floats(&value, "meltano"), floats(&value, "bridge"))
 }
 
 fn main() {
