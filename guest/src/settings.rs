@@ -120,7 +120,7 @@ pub const SETTINGS: &[Setting] = &[
         None,
         Some("1"),
         "1",
-        "pause between tries (±20 % jitter)",
+        "pause between tries (±20 % jitter; up to 8x while others win the hand-offs)",
         "0.5",
     ),
     setting(

@@ -59,8 +59,8 @@ impl Query {
         }
     }
 
-    /// This query as a read of TabSeparated rows of type `R`.
-    fn read_tsv<R>(self) -> Read<R> {
+    /// This query as a read of RowBinary rows of type `R`.
+    fn read_binary<R>(self) -> Read<R> {
         Read {
             query: self,
             row: PhantomData,
@@ -109,6 +109,14 @@ impl Query {
     /// Reads answer in JSONEachRow with 64-bit numbers unquoted (servers before 25.8 quote them).
     fn json(self) -> Self {
         self.setting("output_format_json_quote_64bit_integers", "0")
+    }
+
+    /// An aggregate without GROUP BY gives one row even over no rows, and `max` of nothing is
+    /// the type's zero, not NULL: these statements count on both (a `set` of a new id, a guard
+    /// over an empty log). A profile may have changed either, so the statement pins them.
+    fn one_row_of_nothing(self) -> Self {
+        self.setting("empty_result_for_aggregation_by_empty_set", "0")
+            .setting("aggregate_functions_null_for_empty", "0")
     }
 
     /// A read that decides something (who holds a lock, what to merge into).
@@ -348,12 +356,15 @@ impl Statements {
     /// same condition as a read, for larger ones.
     pub fn write_guarded(&self, state: StateRow<'_>, guard: &Guard, token: &str) -> Query {
         let (condition, query) = guard_condition(self, guard);
+        // The id's lock log is the statement's own table and the guard its HAVING: one scalar
+        // subquery fewer than a WHERE over two (about 2 ms of 20 on the local engine).
         let query = Query {
             sql: format!(
                 "INSERT INTO {} (state_id, partial_state, completed_state, updated_at) \
                  SELECT {{id:String}}, {{partial:String}}, {{completed:String}}, \
-                 fromUnixTimestamp64Milli(toInt64({{version:UInt64}})) WHERE {condition}",
-                self.state
+                 fromUnixTimestamp64Milli(toInt64({{version:UInt64}})) \
+                 FROM {} AS l WHERE state_id = {{id:String}} HAVING {condition}",
+                self.state, self.log
             ),
             ..query
         };
@@ -362,6 +373,7 @@ impl Statements {
             .param("version", state.version_ms.to_string())
             .insert(token)
             .role(Role::GuardedInsert)
+            .one_row_of_nothing()
     }
 
     /// Whether `guard` holds now, as one number (1 or 0): the guarded write's condition for a
@@ -369,22 +381,29 @@ impl Statements {
     pub fn guard_holds(&self, guard: &Guard) -> Query {
         let (condition, query) = guard_condition(self, guard);
         Query {
-            sql: format!("SELECT toUInt8({condition})"),
+            sql: format!(
+                "SELECT toUInt8({condition}) FROM {} AS l WHERE state_id = {{id:String}}",
+                self.log
+            ),
             ..query
         }
         .deciding()
+        .one_row_of_nothing()
     }
 
     /// Overwrites one state in one round trip, its version computed by the server: the
     /// caller's clock, but above anything stored (`set`). For states up to
     /// [`GUARDED_MAX_BYTES`].
     pub fn set_above_stored(&self, state: StateRow<'_>, token: &str) -> Query {
+        // An aggregate over the id's rows, not a scalar subquery: one pass fewer (about a
+        // quarter of the statement's time on the local engine). With no rows it still gives one
+        // (`max` of nothing is the epoch), which `one_row_of_nothing` makes sure of.
         let query = Query::new(format!(
             "INSERT INTO {state} (state_id, partial_state, completed_state, updated_at) \
              SELECT {{id:String}}, {{partial:String}}, {{completed:String}}, \
-             fromUnixTimestamp64Milli(greatest(toInt64({{version:UInt64}}), \
-             (SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {state} \
-             WHERE state_id = {{id:String}}) + 1))",
+             greatest(fromUnixTimestamp64Milli(toInt64({{version:UInt64}})), \
+             max(updated_at) + toIntervalMillisecond(1)) \
+             FROM {state} WHERE state_id = {{id:String}}",
             state = self.state
         ))
         .param("id", state.state_id);
@@ -393,6 +412,7 @@ impl Statements {
             .param("version", state.version_ms.to_string())
             .insert(token)
             .role(Role::GuardedInsert)
+            .one_row_of_nothing()
     }
 
     pub fn delete(&self, state_id: &str) -> Query {
@@ -416,31 +436,31 @@ impl Statements {
         .delete(true)
     }
 
-    /// Matching ids, sorted, as JSONEachRow `{"state_id"}`.
+    /// Matching ids, sorted, as RowBinary.
     pub fn state_ids(&self, filter: &Filter) -> Read<rows::Id> {
         let (condition, query) = where_filter(filter);
         Query {
             sql: format!(
-                "SELECT state_id FROM {} FINAL{condition} ORDER BY state_id FORMAT TabSeparated",
+                "SELECT state_id FROM {} FINAL{condition} ORDER BY state_id FORMAT RowBinary",
                 self.state
             ),
             ..query
         }
-        .read_tsv()
+        .read_binary()
     }
 
-    /// Matching states, sorted by id, as TabSeparated (id, partial, completed; NULL as empty).
+    /// Matching states, sorted by id, as RowBinary (id, partial, completed; NULL as empty).
     pub fn get_all(&self, filter: &Filter) -> Read<rows::Listed> {
         let (condition, query) = where_filter(filter);
         Query {
             sql: format!(
                 "SELECT state_id, ifNull(partial_state, ''), ifNull(completed_state, '') \
-                 FROM {} FINAL{condition} ORDER BY state_id FORMAT TabSeparated",
+                 FROM {} FINAL{condition} ORDER BY state_id FORMAT RowBinary",
                 self.state
             ),
             ..query
         }
-        .read_tsv()
+        .read_binary()
     }
 
     pub fn count(&self) -> Query {
@@ -521,6 +541,7 @@ impl Statements {
         ))
         .param("id", state_id)
         .deciding()
+        .one_row_of_nothing()
         .read()
     }
 
@@ -692,23 +713,21 @@ pub struct Guard {
     pub expected_version: u64,
 }
 
-/// The guard as a condition over `{id:String}`, and the query carrying its parameters.
+/// The guard as an aggregate condition over the id's lock log (the statement's own table,
+/// read `FROM log AS l WHERE state_id = {id:String}`), and the query carrying its parameters.
 fn guard_condition(statements: &Statements, guard: &Guard) -> (String, Query) {
-    // Two reads, one per table (each scalar subquery costs a pass of its own): the stored
-    // version, and the id's lock log folded in one aggregate.
     let condition = format!(
         "(SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {state} \
          WHERE state_id = {{id:String}}) = {{expected:UInt64}} \
-         AND (SELECT max(generation) = {{generation:UInt64}} \
-         AND countIf(generation = {{generation:UInt64}} AND event IN ('release', 'force')) = 0 \
-         AND ({{confirmed:UInt8}} = 1 OR (countIf(generation = {{generation:UInt64}} \
-         AND event = 'acquire' AND owner = {{owner:String}}) > 0 \
-         AND countIf(generation = {{generation:UInt64}} AND event = 'acquire' \
-         AND owner != {{owner:String}}) = 0)) \
-         AND maxIf(until_ms, generation = {{previous:UInt64}} AND event IN ('acquire', 'renew')) \
-         <= {{previous_until:UInt64}} FROM {log} WHERE state_id = {{id:String}})",
+         AND max(l.generation) = {{generation:UInt64}} \
+         AND countIf(l.generation = {{generation:UInt64}} AND l.event IN ('release', 'force')) = 0 \
+         AND ({{confirmed:UInt8}} = 1 OR (countIf(l.generation = {{generation:UInt64}} \
+         AND l.event = 'acquire' AND l.owner = {{owner:String}}) > 0 \
+         AND countIf(l.generation = {{generation:UInt64}} AND l.event = 'acquire' \
+         AND l.owner != {{owner:String}}) = 0)) \
+         AND maxIf(l.until_ms, l.generation = {{previous:UInt64}} AND l.event IN ('acquire', 'renew')) \
+         <= {{previous_until:UInt64}}",
         state = statements.state,
-        log = statements.log
     );
     let query = Query::new(String::new())
         .param("id", guard.state_id.clone())

@@ -156,13 +156,21 @@ impl Transport for Ureq {
             .send(&request.body[..])
             .map_err(|e| TransportError::Unreachable(e.to_string()))?;
         let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.as_str().to_owned(), value)
+            })
+            .collect();
         let body = response
             .body_mut()
             .read_to_vec()
             .map_err(|e| TransportError::Unreachable(e.to_string()))?;
         Ok(Response {
             status,
-            headers: vec![],
+            headers,
             body,
         })
     }
@@ -328,10 +336,10 @@ async fn one_server_gets_synchronous_deduplicated_inserts_and_consistent_decidin
     assert!(urls.iter().all(|u| !u.contains("insert_quorum")));
 }
 
-/// The guarded write's condition, as the server evaluates it (`guard_holds`, the WHERE of
-/// `write_guarded`), against the same rule in Rust (`fenced::admits`, which the model runs) on
-/// the log and state the guest's own reads return: equal in every case, and each case decides
-/// as it should.
+/// The guarded write's condition, as the server evaluates it (`guard_holds`, and the guarded
+/// insert itself: does it write?), against the same rule in Rust (`fenced::admits`, which the
+/// model runs) on the log and state the guest's own reads return: equal in every case, and
+/// each case decides as it should.
 #[test]
 fn the_guard_in_sql_decides_as_the_guard_in_rust() {
     let table = TestTable::new("guard");
@@ -453,5 +461,67 @@ fn the_guard_in_sql_decides_as_the_guard_in_rust() {
         let in_rust = fenced::admits(&guard, &newest, &claims, stored);
         assert_eq!(in_sql == 1, in_rust, "{name}: SQL and Rust disagree");
         assert_eq!(in_rust, expected, "{name}");
+        // The insert, at the version it expects (so a write leaves the next case as it was).
+        let row = StateRow {
+            state_id: &guard.state_id,
+            partial: "{}",
+            completed: "{}",
+            version_ms: guard.expected_version,
+        };
+        let written = client
+            .answer(
+                &sql.write_guarded(row, &guard, &format!("write/{name}")),
+                &[],
+            )
+            .expect("guarded insert")
+            .written_rows;
+        assert_eq!(written, Some(u64::from(expected)), "{name}: the insert");
+    }
+}
+
+/// The statements that count on an aggregate over no rows (a `set` of a new id, a guarded
+/// write and the outlook of an id never locked) still work where the server's settings say
+/// otherwise (`empty_result_for_aggregation_by_empty_set`, `aggregate_functions_null_for_empty`,
+/// which a profile may set): the statements pin both, after the defaults in the URL.
+#[test]
+fn statements_over_no_rows_do_not_depend_on_the_profile() {
+    let table = TestTable::new("nothing");
+    let config = Config::parse(&table.target.uri(), &table.settings()).unwrap();
+    let sql = Statements::new(&config);
+    let client = Client::new(&config, Ureq);
+    for statement in sql.migration() {
+        client.execute(&statement).expect("schema");
+    }
+    for profile in [
+        [("empty_result_for_aggregation_by_empty_set", "1")],
+        [("aggregate_functions_null_for_empty", "1")],
+    ] {
+        let id = format!("new/{}", profile[0].0);
+        let row = StateRow {
+            state_id: &id,
+            partial: "{}",
+            completed: "{\"n\":1}",
+            version_ms: 1_700_000_000_000,
+        };
+        let written = client
+            .answer(&sql.set_above_stored(row, &format!("set/{id}")), &profile)
+            .expect("set")
+            .written_rows;
+        assert_eq!(written, Some(1), "{profile:?}: a set of a new id writes");
+        let stored = rows::number(&client.execute(&sql.version_of(&id)).unwrap()).unwrap();
+        assert_eq!(
+            stored, 1_700_000_000_000,
+            "{profile:?}: at the caller's version"
+        );
+        let outlook = client
+            .answer(&sql.log_outlook(&id).query, &profile)
+            .expect("outlook")
+            .body;
+        let outlook: Option<rows::Outlook> = rows::first(&outlook).expect("decodes");
+        assert_eq!(
+            outlook.map(|o| o.newest.generation),
+            Some(0),
+            "{profile:?}: an id never locked reads as generation 0"
+        );
     }
 }

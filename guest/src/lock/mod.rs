@@ -6,12 +6,14 @@
 //! - [`settle`]: the original Python backend's protocol on its `<table>_lock` table, for fleets
 //!   that still run the Python backend.
 //!
-//! Both run the same wait loop here: try, and while another holds the lock, back off with the
-//! host's sleep every `lock_retry_seconds` (with jitter) until `lock_timeout_seconds`.
+//! Both run the same wait loop here: try, and while another holds the lock, sleep with the
+//! host's sleep ([`wait`]: `lock_retry_seconds`, longer while others win the hand-offs) until
+//! `lock_timeout_seconds`.
 
 pub mod fenced;
 pub mod settle;
 pub mod update;
+pub mod wait;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -68,6 +70,7 @@ pub fn acquire<T: Transport, H: Host>(
 ) -> Result<LockHandle> {
     let config = &exec.config;
     let deadline = exec.host.now_ms().saturating_add(config.lock_timeout_ms);
+    let mut wait = wait::Wait::default();
     loop {
         let attempt = match config.lock_mode {
             LockMode::Fenced => fenced::attempt(exec, locks, state_id)?,
@@ -86,16 +89,18 @@ pub fn acquire<T: Transport, H: Host>(
             }
             Attempt::Held(info) => info,
         };
-        pause(exec, locks, state_id, deadline, holder)?;
+        pause(exec, locks, state_id, deadline, &mut wait, holder)?;
     }
 }
 
-/// One pause of the wait loop while `holder` has the lock: `Locked` once `deadline` has passed.
+/// One pause of the wait loop while `holder` has the lock (see [`wait`]): `Locked` once
+/// `deadline` has passed.
 pub fn pause<T: Transport, H: Host>(
     exec: &Exec<T, H>,
     locks: &Locks,
     state_id: &str,
     deadline: u64,
+    wait: &mut wait::Wait,
     holder: LockInfo,
 ) -> Result<()> {
     let now = exec.host.now_ms();
@@ -105,9 +110,10 @@ pub fn pause<T: Transport, H: Host>(
         }
         return Err(Error::Locked(holder));
     }
-    // Jitter (80-120 %) keeps contenders from retrying in lockstep.
     let jitter = 80 + (exec.host.random_u128() % 41) as u64;
-    let pause = (exec.config.lock_retry_ms * jitter / 100).clamp(1, deadline - now);
+    let pause = wait
+        .pause_ms(holder.token, exec.config.lock_retry_ms, jitter)
+        .clamp(1, deadline - now);
     exec.host.sleep_ms(pause);
     Ok(())
 }

@@ -31,6 +31,41 @@ use integration_tests::{TestTable, runtime, runtime_options};
 use native::NativeStore;
 use stats::Samples;
 
+/// Runs of each list at each size (the median is reported): a 100k-state list takes a fraction
+/// of a second, and three were too few to tell a change from the machine's noise.
+const SCALE_RUNS: usize = 9;
+
+/// When each update of a throughput run ended (ms from the start) and which writer made it.
+#[derive(Default)]
+struct Timeline(Vec<(f64, usize)>);
+
+impl Timeline {
+    /// The times between consecutive updates: by the same writer, and across a hand-off of the
+    /// lock to another writer.
+    fn split(mut self) -> (Samples, Samples) {
+        self.0.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (mut same, mut handoff) = (Samples::default(), Samples::default());
+        for pair in self.0.windows(2) {
+            let gap = pair[1].0 - pair[0].0;
+            if pair[0].1 == pair[1].1 {
+                same.push(gap);
+            } else {
+                handoff.push(gap);
+            }
+        }
+        (same, handoff)
+    }
+}
+
+/// A median in ms, or a dash when there is nothing to take it of.
+fn fmt_p50(samples: &Samples) -> String {
+    if samples.len() == 0 {
+        "–".into()
+    } else {
+        format!("{:.0} ms", samples.p50())
+    }
+}
+
 /// How much to measure.
 struct Mode {
     name: &'static str,
@@ -39,7 +74,9 @@ struct Mode {
     fenced: usize,
     settle: usize,
     writers: &'static [usize],
-    per_writer: usize,
+    /// Updates per throughput run, shared among its writers (so one writer's figure rests on
+    /// as many updates as sixteen writers').
+    updates_per_run: usize,
     instances: usize,
     gets: usize,
     out: PathBuf,
@@ -55,7 +92,7 @@ fn mode() -> Mode {
             fenced: 10,
             settle: 2,
             writers: &[1, 4],
-            per_writer: 3,
+            updates_per_run: 12,
             instances: 20,
             gets: 15,
             out: root.join("target").join("bench"),
@@ -68,7 +105,7 @@ fn mode() -> Mode {
             fenced: 100,
             settle: 10,
             writers: &[1, 4, 16],
-            per_writer: 10,
+            updates_per_run: 160,
             instances: 300,
             gets: 200,
             out: root.join("tests").join("benches").join("results"),
@@ -193,7 +230,8 @@ impl Bench {
             self.md,
             "\n## 2. Scale\n\nEach size in a table of its own; each measurement in a fresh \
              instance, so *memory* is that instance's peak linear memory. *Bytes*: the HTTP \
-             response body. Times are medians of 3.\n\n| states | set-all, one call | \
+             response body. Times are medians of {SCALE_RUNS}, the component and the raw query \
+             alternating.\n\n| states | set-all, one call | \
              state-ids: component / raw | memory | bytes | get-all: component / raw | memory \
              | bytes |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
@@ -218,7 +256,7 @@ impl Bench {
                 let mut backend = self.open(&table, &[]);
                 let (mut component, mut raw) = (Samples::default(), Samples::default());
                 let before = bytes_in.get();
-                for _ in 0..3 {
+                for _ in 0..SCALE_RUNS {
                     let count = component.time(|| {
                         self.tokio.block_on(async {
                             if get_all {
@@ -238,7 +276,7 @@ impl Bench {
                     });
                     assert_eq!(count.expect("lists natively"), n);
                 }
-                let bytes = (bytes_in.get() - before) / 3;
+                let bytes = (bytes_in.get() - before) / SCALE_RUNS as u64;
                 (component, raw, backend.peak_memory_bytes(), bytes)
             };
             let (ids_c, ids_r, ids_mem, ids_bytes) = measure(false);
@@ -323,7 +361,10 @@ impl Bench {
              | fenced, lock kept between updates (`lock_linger_seconds=5`; `serve`'s default) | {} | {:.1} | {:.1} | {:.1} |\n\
              | fenced, released after each (the library's default) | {} | {:.1} | {:.1} | {:.1} |\n\
              | settle (1.0 s) | {} | {:.1} | {:.1} | {:.1} |\n\n\
-             settle / fenced kept at p50: **{:.0}x**.\n\n| writers | updates/s, one id | updates/s, an id each |\n|---:|---:|---:|",
+             settle / fenced kept at p50: **{:.0}x**.\n\nThroughput: the lock released after each update, \
+             `lock_retry_seconds=0.05`. On one id, the time from one update's end to the next \
+             one's, when the same writer goes on and when the lock changes hands (medians).\n\n\
+             | writers | updates/s, one id | between updates: same writer / hand-off | updates/s, an id each |\n|---:|---:|---:|---:|",
             kept.len(),
             kept.p50(),
             kept.p99(),
@@ -339,15 +380,23 @@ impl Bench {
             settle.p50() / kept.p50()
         );
         for &writers in self.mode.writers {
-            let shared = self.throughput(&table, writers, true);
-            let distinct = self.throughput(&table, writers, false);
-            let _ = writeln!(self.md, "| {writers} | {shared:.1} | {distinct:.1} |");
+            let (shared, next) = self.throughput(&table, writers, true);
+            let (distinct, _) = self.throughput(&table, writers, false);
+            let (same, handoff) = next.split();
+            let _ = writeln!(
+                self.md,
+                "| {writers} | {shared:.1} | {} / {} | {distinct:.1} |",
+                fmt_p50(&same),
+                fmt_p50(&handoff)
+            );
         }
         (kept, settle)
     }
 
-    fn throughput(&self, table: &Arc<TestTable>, writers: usize, one_id: bool) -> f64 {
-        let per_writer = self.mode.per_writer;
+    /// Updates per second of `writers` writers (one id, or one each), and when each update
+    /// ended and by whom.
+    fn throughput(&self, table: &Arc<TestTable>, writers: usize, one_id: bool) -> (f64, Timeline) {
+        let per_writer = self.mode.updates_per_run / writers;
         self.tokio.block_on(async {
             let mut backends = Vec::new();
             for _ in 0..writers {
@@ -375,19 +424,24 @@ impl Bench {
                         format!("bench:own:{writers}:{w}")
                     };
                     tokio::spawn(async move {
+                        let mut ends = Vec::with_capacity(per_writer);
                         for i in 0..per_writer {
                             backend
                                 .update(&State::partial(&id, bookmark(w * 1000 + i)))
                                 .await
                                 .expect("update");
+                            ends.push((started.elapsed().as_secs_f64() * 1000.0, w));
                         }
+                        ends
                     })
                 })
                 .collect();
+            let mut timeline = Timeline::default();
             for task in tasks {
-                task.await.expect("writer");
+                timeline.0.extend(task.await.expect("writer"));
             }
-            (writers * per_writer) as f64 / started.elapsed().as_secs_f64()
+            let rate = (writers * per_writer) as f64 / started.elapsed().as_secs_f64();
+            (rate, timeline)
         })
     }
 
