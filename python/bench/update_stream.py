@@ -1,8 +1,9 @@
 """A stream of STATE messages through Meltano's API, for the `meltano` benchmark.
 
 Reads one JSON line on stdin: the manager's keyword arguments (``uri``, ``schema``, ``table``,
-``allow_loopback``) and ``clickhouse`` (host, port, user, password, secure) for the original
-backend's test copy. Arguments: MESSAGES SLOW_MESSAGES STREAMS OPS.
+``allow_loopback``), ``clickhouse`` (host, port, user, password, secure) for the original
+backend's test copy, and ``tables``: the names of the other tables to use (``original``,
+``ops``, ``original_ops``). Arguments: MESSAGES SLOW_MESSAGES STREAMS OPS.
 
 Each stream is one Meltano run on one state id: a fresh manager, Meltano's read of the state at
 the start, then one ``update`` per STATE message (Meltano's own ``StateStoreManager.update``
@@ -14,7 +15,8 @@ call). Streams of the three backends alternate, so that drift on a shared machin
 - ``original``: the original backend's test copy (``python/tests/original_backend.py``),
   SLOW_MESSAGES (each waits out its one-second settle).
 
-Then ``set``, ``get`` and ``get_state_ids``, OPS each, alternating ours and the original's.
+Then ``set``, ``get`` and ``get_state_ids``, OPS each, alternating ours and the original's, each
+on a fresh table.
 Prints one JSON object of millisecond samples on the last line of stdout.
 """
 
@@ -59,13 +61,13 @@ def main() -> None:
     settings = json.loads(sys.stdin.readline())
     messages, slow, streams, ops = (int(a) for a in sys.argv[1:5])
     clickhouse = ClickHouse(**settings.pop("clickhouse"))
+    tables = settings.pop("tables")
     factory = StateBackend.get_manager_factory(scheme="clickhouse")
     out: dict[str, list[float]] = {
         f"{name}_{part}": []
         for name in ("ours", "settle", "original")
         for part in ("first", "steady")
     }
-    original_table = settings["table"] + "_original"
 
     def record(name: str, times: list[float]) -> None:
         out[f"{name}_first"].append(times[0])
@@ -79,11 +81,13 @@ def main() -> None:
         settle = factory(**settings, lock_mode="settle")
         record("settle", stream(settle, f"settle:{run}", slow))
         settle.close()
-        original = OriginalStateStoreManager(clickhouse, settings["schema"], original_table)
+        original = OriginalStateStoreManager(clickhouse, settings["schema"], tables["original"])
         record("original", stream(original, f"original:{run}", slow))
 
-    ours = factory(**settings)
-    original = OriginalStateStoreManager(clickhouse, settings["schema"], original_table)
+    # Fresh tables for both: the streams above left thousands of parts in ours (one per
+    # insert) and a few dozen in the original's, and a read with FINAL pays for each part.
+    ours = factory(**{**settings, "table": tables["ops"]})
+    original = OriginalStateStoreManager(clickhouse, settings["schema"], tables["original_ops"])
     for name in ("set", "get", "state_ids"):
         out[f"ours_{name}"], out[f"original_{name}"] = [], []
     for i in range(ops):

@@ -75,10 +75,17 @@ async fn library(table: &TestTable, n: usize) -> Vec<f64> {
 /// The update stream and the other calls, against the original (see the module comment).
 fn update_stream(table: &TestTable, messages: usize) -> serde_json::Value {
     let target = &table.target;
+    // The other tables the Python side writes, dropped (with their lock tables) at the end.
+    let tables = ["original", "ops", "original_ops"].map(TestTable::new);
     let kwargs = serde_json::json!({
         "uri": target.uri(),
         "schema": integration_tests::SCHEMA,
         "table": table.name,
+        "tables": {
+            "original": tables[0].name,
+            "ops": tables[1].name,
+            "original_ops": tables[2].name,
+        },
         "allow_loopback": true,
         "clickhouse": {
             "secure": target.secure, "host": target.host, "port": target.port,
