@@ -154,7 +154,8 @@ fn error_code(code: ErrorCode) -> TransportError {
             TransportError::Denied("the host does not allow this destination".into())
         }
         ErrorCode::DestinationIpProhibited => TransportError::Denied(
-            "its address is refused (loopback, link-local or cloud metadata)".into(),
+            "its address is refused (loopback, link-local, private network or cloud metadata)"
+                .into(),
         ),
         ErrorCode::ConnectionTimeout
         | ErrorCode::ConnectionReadTimeout

@@ -76,6 +76,12 @@ struct Cli {
     #[arg(long, env = "STATE_BACKEND_ALLOW_LOOPBACK")]
     allow_loopback: bool,
 
+    /// Refuse private networks (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7 and other
+    /// special-purpose ranges) as a multi-tenant runner does; reachable by default, where a
+    /// single user's ClickHouse usually lives
+    #[arg(long, env = "STATE_BACKEND_REFUSE_PRIVATE")]
+    refuse_private: bool,
+
     /// Log level for host and guest diagnostics on stderr (error, warn, info, debug)
     #[arg(long, default_value = "warn", value_name = "LEVEL")]
     log: String,
@@ -324,7 +330,8 @@ fn hint(error: &Error) -> &'static str {
     match error {
         // The sandbox refused a special address (see `http::policy`): a local ClickHouse is loopback.
         Error::Unreachable(m) if m.contains("its address is refused") => {
-            " (to reach a ClickHouse on this machine, pass --allow-loopback)"
+            " (to reach a ClickHouse on this machine, pass --allow-loopback; private networks are \
+             refused under --refuse-private)"
         }
         _ => "",
     }
@@ -351,10 +358,10 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
             client_cert: cli.client_cert.clone(),
             client_key: cli.client_key.clone(),
         },
-        addresses: if cli.allow_loopback {
-            AddressAllowance::loopback()
-        } else {
-            AddressAllowance::default()
+        addresses: AddressAllowance {
+            loopback: cli.allow_loopback,
+            private: !cli.refuse_private,
+            ..AddressAllowance::single_user()
         },
         ..RuntimeOptions::default()
     };

@@ -38,8 +38,10 @@ pub struct RuntimeOptions {
     pub timeouts: TimeoutLimits,
     /// Trust (CA bundle) and identity (client certificate) for https endpoints.
     pub tls: TlsOptions,
-    /// Special destination addresses (loopback, link-local, metadata) instances may connect
-    /// to; none by default. A local ClickHouse needs `AddressAllowance::loopback()`.
+    /// Special destination addresses (loopback, link-local, metadata, private networks)
+    /// instances may connect to; none by default, the policy for a runner's tenants. A single
+    /// user's own tool allows private networks (`AddressAllowance::single_user()`, the CLI's
+    /// default); a local ClickHouse needs loopback.
     pub addresses: AddressAllowance,
     /// Linear memory an instance may grow to.
     pub memory_limit_bytes: usize,

@@ -61,6 +61,13 @@ pub const HOST_OPTIONS: &[HostOption] = &[
         env: "STATE_BACKEND_ALLOW_LOOPBACK",
         doc: "let the component connect to loopback addresses (a ClickHouse on this machine)",
     },
+    HostOption {
+        name: "refuse_private",
+        flag: "--refuse-private",
+        env: "STATE_BACKEND_REFUSE_PRIVATE",
+        doc: "refuse private networks (10/8, 172.16/12, 192.168/16, fc00::/7, ...), as for a \
+              runner's tenants; reachable by default",
+    },
 ];
 
 /// `explicit` over `env`: one pair per name, the explicit one where both have it.

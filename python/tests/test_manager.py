@@ -284,9 +284,15 @@ def test_every_meltano_setting_of_ours_is_tested_or_cannot_be_wrong():
         for s in ConfigService.addon.get_all()
         if s.name.startswith("state_backend.clickhouse.")
     }
-    # password: any text is a password; allow_loopback: a boolean Meltano casts; the client
-    # pair: the next test.
-    assert ours - set(BAD_VALUES) == {"password", "allow_loopback", "client_cert", "client_key"}
+    # password: any text is a password; allow_loopback, refuse_private: booleans Meltano
+    # casts (each has a test of its own); the client pair: the next test.
+    assert ours - set(BAD_VALUES) == {
+        "password",
+        "allow_loopback",
+        "refuse_private",
+        "client_cert",
+        "client_key",
+    }
 
 
 def test_mutual_tls_names_the_missing_or_unreadable_half(manager_kwargs, tmp_path):
@@ -368,6 +374,17 @@ def test_a_refused_loopback_address_names_the_setting_that_allows_it(clickhouse,
     assert refused.value.kind == "unreachable"
     assert "its address is refused" in str(refused.value)
     assert "state_backend.clickhouse.allow_loopback" in str(refused.value)
+
+
+def test_refuse_private_refuses_a_private_clickhouse_before_connecting(manager_kwargs):
+    """The address is a literal in 10/8: the host refuses it before any packet leaves."""
+    uri = "clickhouse://default:@10.255.255.1:8123/default"
+    manager = make(**{**manager_kwargs, "uri": uri, "refuse_private": True})
+    with pytest.raises(BackendError) as refused:
+        manager.get("x")
+    assert refused.value.kind == "unreachable"
+    assert "its address is refused" in str(refused.value)
+    assert "refuse_private" in str(refused.value)
 
 
 def test_equal_configurations_share_one_host(manager_kwargs):

@@ -657,6 +657,23 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
     );
 }
 
+/// `--refuse-private` refuses a ClickHouse on a private network; the address is a literal in
+/// 10/8, refused after "resolution" and before any connection is tried.
+#[test]
+fn refuse_private_refuses_a_private_address_before_connecting() {
+    let output = Command::new(binary())
+        .env_remove("MELTANO_STATE_BACKEND_URI")
+        .args(["--refuse-private", "--uri"])
+        .arg("clickhouse://default:@10.255.255.1:8123/default")
+        .args(["get", "x"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("its address is refused"), "{stderr}");
+    assert!(stderr.contains("--refuse-private"), "{stderr}");
+}
+
 #[test]
 fn a_refused_loopback_address_names_the_flag_that_allows_it() {
     let cli = Cli::new("cli_loopback");

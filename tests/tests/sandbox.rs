@@ -61,6 +61,33 @@ async fn metadata_addresses_are_refused_even_where_loopback_is_allowed() {
     }
 }
 
+/// A runner's policy (loopback allowed here for the local ClickHouse, nothing else) refuses
+/// private networks and every metadata endpoint end to end: the addresses are literals, refused
+/// after resolution and before a connection is tried.
+#[tokio::test]
+async fn private_networks_and_every_metadata_endpoint_are_refused_for_tenants() {
+    for host in [
+        "10.255.255.1",
+        "172.16.0.1",
+        "192.168.1.1",
+        "100.64.0.1",
+        "[fd12:3456::1]",
+        "[::ffff:10.0.0.1]",
+        "[64:ff9b::a00:1]",
+        "100.100.100.200",
+        "192.0.0.192",
+        "169.254.170.23",
+        "[fd00:ec2::23]",
+    ] {
+        let uri = format!("clickhouse://default:@{host}:8123/default");
+        let message = denial(runtime(), &uri, InstanceOptions::default()).await;
+        assert!(
+            message.contains("denied") && message.contains("refused"),
+            "{host}: {message}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn unspecified_and_mapped_loopback_forms_are_loopback() {
     for host in ["0.0.0.0", "[::ffff:127.0.0.1]", "[::1]"] {

@@ -59,6 +59,7 @@ _INHERITED_NOT = frozenset(
         "CLICKHOUSE_CLIENT_CERT",
         "CLICKHOUSE_CLIENT_KEY",
         "STATE_BACKEND_ALLOW_LOOPBACK",
+        "STATE_BACKEND_REFUSE_PRIVATE",
     }
 )
 _URI_VAR = "MELTANO_STATE_BACKEND_URI"
@@ -165,6 +166,7 @@ class HostConfig:
     lock_timeout_seconds: float = 10.0
     lock_retry_seconds: float = 1.0
     allow_loopback: bool = False
+    refuse_private: bool = False
     ca_bundle: str | None = None
     client_cert: str | None = None
     client_key: str | None = None
@@ -176,6 +178,8 @@ class HostConfig:
         command = [str(executable), "--log", self.log_level]
         if self.allow_loopback:
             command.append("--allow-loopback")
+        if self.refuse_private:
+            command.append("--refuse-private")
         for flag, path in [
             ("--ca-bundle", self.ca_bundle),
             ("--client-cert", self.client_cert),

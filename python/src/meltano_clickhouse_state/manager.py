@@ -64,7 +64,8 @@ def _error(error: BackendError) -> Exception:
             error.kind,
             f"{error.message} (to reach a ClickHouse on this machine, set "
             "state_backend.clickhouse.allow_loopback to true, or "
-            "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK=true)",
+            "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK=true; private networks are "
+            "refused while state_backend.clickhouse.refuse_private is true)",
         )
     return error
 
@@ -112,6 +113,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         client_cert: str | None = None,
         client_key: str | None = None,
         allow_loopback: bool | None = None,
+        refuse_private: bool | None = None,
         **kwargs: t.Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -151,6 +153,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
             ),
             lock_retry_seconds=float(1 if lock_retry_seconds is None else lock_retry_seconds),
             allow_loopback=bool(allow_loopback),
+            refuse_private=bool(refuse_private),
             ca_bundle=ca_bundle or None,
             client_cert=client_cert or None,
             client_key=client_key or None,

@@ -137,6 +137,12 @@ ALLOW_LOOPBACK = _setting(
     SettingKind.BOOLEAN,
     "Let the sandbox connect to loopback addresses (a ClickHouse on this machine); default false",
 )
+REFUSE_PRIVATE = _setting(
+    "refuse_private",
+    SettingKind.BOOLEAN,
+    "Refuse private networks (10/8, 172.16/12, 192.168/16, fc00::/7, ...) as a multi-tenant "
+    "runner does; default false (reachable)",
+)
 
 # Meltano imports this module whenever it reads its settings, whichever package it then picks
 # for clickhouse:// URIs: the one place that can warn when another package claims the scheme.
