@@ -3,14 +3,13 @@
 //! An update needs the lock, the stored state, and a write. Done one step at a time that is
 //! four round trips (claim, read back, write, release). Here:
 //!
-//! - **Guarded writes.** The state write is an `INSERT ... SELECT ... WHERE guard`: the server
-//!   writes the row only if the grant is the newest generation, claimed by this owner alone,
-//!   neither released nor forced, and the stored version is still the one the update merged
-//!   into (see [`Guard`]; [`fenced::admits`] is the same rule in Rust, which the model runs).
-//!   `written_rows` says whether it wrote. The first write of a claim thereby also confirms the
-//!   claim (the read-back's rule: the second of two contenders to check sees the other), so a
-//!   first update is three round trips: read the newest generation with the state, claim,
-//!   write.
+//! - **Guarded writes.** The state write is an `INSERT ... SELECT ... FROM <lock log> HAVING
+//!   guard`: the server writes the row only if the grant is the newest generation, claimed by this
+//!   owner alone, neither released nor forced, and the stored version is still the one the update
+//!   merged into (see [`Guard`]; [`fenced::admits`] is the same rule in Rust, which the model
+//!   runs). `written_rows` says whether it wrote. The first write of a claim thereby also confirms
+//!   the claim (the read-back's rule: the second of two contenders to check sees the other), so a
+//!   first update is three round trips: read the newest generation with the state, claim, write.
 //! - **Linger.** With `lock_linger_seconds`, the grant is kept after the update, with the
 //!   state it wrote. The next update of the id merges into that state locally and sends one
 //!   guarded write. A stale cache (someone wrote or deleted meanwhile) or a lost grant (forced
