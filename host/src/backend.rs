@@ -91,7 +91,7 @@ macro_rules! call {
 impl Backend {
     fn begin_call(&mut self) {
         let limits = &mut self.store.data_mut().limits;
-        limits.call_started = Some(std::time::Instant::now());
+        limits.begin_call();
         limits.last_panic = None;
     }
 
@@ -101,7 +101,7 @@ impl Backend {
         uri: &str,
         settings: Settings,
     ) -> Result<Self> {
-        store.data_mut().limits.call_started = Some(std::time::Instant::now());
+        store.data_mut().limits.begin_call();
         let opened = bindings
             .meltano_state_backend_backend()
             .store()
@@ -254,7 +254,7 @@ impl Backend {
 }
 
 /// Ends a call: a trap becomes the error that says why (a panic with its message, the memory
-/// limit, the call deadline), or the trap itself.
+/// limit, the CPU budget, the call deadline), or the trap itself.
 fn end_call<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R> {
     let limits = &mut store.data_mut().limits;
     limits.call_started = None;
@@ -265,6 +265,12 @@ fn end_call<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Res
             .or_else(|| limits.panic_from_stderr())
         {
             Error::Panicked(message)
+        } else if std::mem::take(&mut limits.cpu_hit) {
+            Error::Timeout(format!(
+                "the component ran its code for more than its CPU budget of {:?} in one call \
+                 and was stopped",
+                limits.cpu_budget
+            ))
         } else if std::mem::take(&mut limits.deadline_hit) {
             Error::Timeout(format!(
                 "the component ran past its per-call deadline of {:?} and was stopped",

@@ -30,5 +30,6 @@ pub use engine::WASMTIME_VERSION;
 pub use error::{Error, LockInfo, Result};
 pub use linker::LINKED as LINKED_INTERFACES;
 pub use runtime::{
-    COMPONENT_ENV, COMPONENT_FILE, InstanceOptions, Runtime, RuntimeOptions, default_component_path,
+    COMPONENT_ENV, COMPONENT_FILE, DEFAULT_CPU_BUDGET, InstanceOptions, Runtime, RuntimeOptions,
+    default_component_path,
 };

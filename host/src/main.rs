@@ -19,6 +19,9 @@ use state_host::http::tls::TlsOptions;
 use state_host::settings::{self, Settings};
 use state_host::{Backend, Error, Runtime, RuntimeOptions, State};
 
+/// The CLI's CPU budget per call (the library's default is 10 s).
+const SINGLE_USER_CPU_BUDGET: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The local ClickHouse that `just clickhouse-start` runs (reaching it needs --allow-loopback).
 const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
 
@@ -363,6 +366,9 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
             private: !cli.refuse_private,
             ..AddressAllowance::single_user()
         },
+        // One user's own work, with no neighbours to protect: the call deadline bounds it, and
+        // a large import is not cut short.
+        cpu_budget: SINGLE_USER_CPU_BUDGET,
         ..RuntimeOptions::default()
     };
     let env = settings::from_env(|var| std::env::var(var).ok());

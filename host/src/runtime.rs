@@ -48,6 +48,10 @@ pub struct RuntimeOptions {
     /// How long one call into an instance may take, waits included. By default the instance's
     /// lock timeout plus a minute: a guest still running past it is stopped.
     pub call_deadline: Option<Duration>,
+    /// How long one call may run the guest's own code (time waiting in host calls, such as the
+    /// lock's sleep or an HTTP request, is not counted): a guest that spins is stopped with a
+    /// `timeout` error once past it. [`DEFAULT_CPU_BUDGET`] by default.
+    pub cpu_budget: Duration,
     /// Pre-allocate slots for this many live instances (wasmtime's pooling allocator): faster
     /// instantiation for runners that make many short-lived instances. On-demand by default.
     pub pooled_instances: Option<u32>,
@@ -59,6 +63,12 @@ pub struct RuntimeOptions {
     pub compile_cache: Option<PathBuf>,
 }
 
+/// The CPU budget of one call. What a call needs grows with its data: a 100k-state `set-all`
+/// in one call counts 4 s on a debug build of the host (lowering the list into the instance
+/// is counted with the guest's own work), far less on a release build; a runner that hosts
+/// tenants sets its own, a few seconds, to bound what a spinning tenant costs its neighbours.
+pub const DEFAULT_CPU_BUDGET: Duration = Duration::from_secs(10);
+
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
@@ -68,6 +78,7 @@ impl Default for RuntimeOptions {
             addresses: AddressAllowance::default(),
             memory_limit_bytes: 128 << 20,
             call_deadline: None,
+            cpu_budget: DEFAULT_CPU_BUDGET,
             pooled_instances: None,
             keep_alive: PoolLimits::default(),
             compile_cache: cache::default_dir(),
@@ -226,7 +237,11 @@ impl Runtime {
         let deadline = self.options.call_deadline.unwrap_or_else(|| {
             Duration::from_millis(config.lock_timeout_ms) + Duration::from_secs(60)
         });
-        let limits = Limits::new(self.options.memory_limit_bytes, deadline);
+        let limits = Limits::new(
+            self.options.memory_limit_bytes,
+            deadline,
+            self.options.cpu_budget,
+        );
         let state = HostState::new(hook, clock, options.label, limits);
         let mut store = Store::new(&self.engine, state);
         limits::apply(&mut store, |state| &mut state.limits);

@@ -18,6 +18,9 @@ fn evil_runtime() -> Runtime {
         RuntimeOptions {
             memory_limit_bytes: 32 << 20,
             call_deadline: Some(Duration::from_secs(2)),
+            // Out of the way, so that the deadline is what stops the endless loop here (the
+            // budget has a test of its own).
+            cpu_budget: Duration::from_secs(60),
             ..RuntimeOptions::default()
         },
     )
@@ -59,6 +62,76 @@ async fn an_endless_loop_is_stopped_by_the_deadline() {
     let mut next = open(&runtime, None).await;
     assert!(next.get("nothing").await.unwrap().is_none());
     honest_still_works().await;
+}
+
+/// A spinning guest is stopped by its CPU budget, long before its wall-clock deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_guest_is_stopped_by_its_cpu_budget() {
+    let path =
+        integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
+    let runtime = Runtime::load(
+        &path,
+        RuntimeOptions {
+            cpu_budget: Duration::from_millis(300),
+            call_deadline: Some(Duration::from_secs(60)),
+            ..RuntimeOptions::default()
+        },
+    )
+    .expect("loads");
+    let mut evil = open(&runtime, None).await;
+    let started = Instant::now();
+    match evil.get("loop").await {
+        Err(Error::Timeout(m)) => assert!(m.contains("CPU budget of 300ms"), "{m}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    honest_still_works().await;
+}
+
+/// A guest that waits is not charged for waiting: an `update` held out by another instance's
+/// lock for about 1.5 s (the guest sleeping in the host between tries, 30 of them) succeeds
+/// under a CPU budget of 150 ms. Counting wall time, or a tick per return from a sleep, would
+/// stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_guest_is_not_charged_for_its_wait() {
+    let table = TestTable::new("cpu_wait");
+    let runtime = Runtime::load(
+        &integration_tests::state_host::default_component_path(),
+        RuntimeOptions {
+            cpu_budget: Duration::from_millis(150),
+            ..integration_tests::runtime_options()
+        },
+    )
+    .expect("loads");
+    let settings = table.with(&[
+        ("lock_retry_seconds", "0.05"),
+        ("lock_timeout_seconds", "30"),
+    ]);
+    let mut holder = runtime
+        .open(&table.target.uri(), settings.clone())
+        .await
+        .expect("opens");
+    let mut waiter = runtime
+        .open(&table.target.uri(), settings)
+        .await
+        .expect("opens");
+    let lock = holder.acquire_lock("s").await.expect("locks");
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        holder.release(lock).await.expect("releases");
+    };
+    let started = Instant::now();
+    let state = integration_tests::state_host::State::partial("s", r#"{"n":1}"#);
+    let (updated, ()) = tokio::join!(waiter.update(&state), release);
+    updated.expect("the waiting update is not stopped");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1400),
+        "it waited"
+    );
 }
 
 #[tokio::test]
