@@ -143,41 +143,25 @@ impl<T: Transport, H: Host> Store<T, H> {
             .saturating_add(self.exec.config.lock_timeout_ms);
         let mut wait = lock::wait::Wait::default();
         loop {
-            let mut ready = match update::prepare(&self.exec, &self.locks, &state.state_id)? {
-                Prepared::Ready(ready) => ready,
-                Prepared::Held(holder) => {
-                    lock::pause(
-                        &self.exec,
-                        &self.locks,
-                        &state.state_id,
-                        deadline,
-                        &mut wait,
-                        holder,
-                    )?;
-                    continue;
+            let holder = match update::prepare(&self.exec, &self.locks, &state.state_id)? {
+                Prepared::Held(holder) => holder,
+                Prepared::Ready(mut ready) => {
+                    match self.write_merged(&mut ready, state, &partial, &completed) {
+                        Ok(Ok(written)) => {
+                            return update::keep(&self.exec, &self.locks, ready, written);
+                        }
+                        // The grant is not this update's: wait as for any holder, then take
+                        // the lock anew.
+                        Ok(Err(holder)) => holder,
+                        Err(e) => {
+                            update::abandon(&self.exec, &self.locks, ready);
+                            return Err(e);
+                        }
+                    }
                 }
             };
-            match self.write_merged(&mut ready, state, &partial, &completed) {
-                Ok(Ok(written)) => {
-                    return update::keep(&self.exec, &self.locks, ready, written);
-                }
-                // The grant is not this update's: wait as for any holder, then take the lock
-                // anew.
-                Ok(Err(holder)) => {
-                    lock::pause(
-                        &self.exec,
-                        &self.locks,
-                        &state.state_id,
-                        deadline,
-                        &mut wait,
-                        holder,
-                    )?;
-                }
-                Err(e) => {
-                    update::abandon(&self.exec, &self.locks, ready);
-                    return Err(e);
-                }
-            }
+            let id = &state.state_id;
+            lock::pause(&self.exec, &self.locks, id, deadline, &mut wait, holder)?;
         }
     }
 
