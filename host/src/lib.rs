@@ -28,6 +28,7 @@ mod state;
 pub use backend::{Backend, Lock, State};
 pub use engine::WASMTIME_VERSION;
 pub use error::{Error, LockInfo, Result};
+pub use limits::CpuShare;
 pub use linker::LINKED as LINKED_INTERFACES;
 pub use runtime::{
     COMPONENT_ENV, COMPONENT_FILE, DEFAULT_CPU_BUDGET, InstanceOptions, Runtime, RuntimeOptions,

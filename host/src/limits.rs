@@ -2,12 +2,14 @@
 //! and a deadline (both checked on epoch ticks); and what it ran into, so that a trap can say
 //! why it happened.
 //!
-//! **CPU budget.** The time a call spends running the guest's code: a call hook starts the clock
-//! when the host enters wasm (or a host function returns to it) and stops it when wasm calls the
-//! host (or returns), so the time a guest waits in a host call (the lock's sleep, an HTTP
-//! request) is not charged; neither is the time it stands yielded on an epoch tick while other
-//! tenants' tasks run (measured by the yield itself). A guest that spins is stopped once over
-//! budget, with its neighbours charged nothing. **Deadline.** Wall time per call, waits included.
+//! **CPU budget.** The CPU a call's guest code gets: a call hook starts the clock when the host
+//! enters wasm (or a host function returns to it) and stops it when wasm calls the host (or
+//! returns), so the time a guest waits in a host call (the lock's sleep, an HTTP request) is not
+//! charged; neither is the time it stands yielded on an epoch tick while other tenants' tasks
+//! run, nor, in a long stretch of guest code, the time the OS runs something else on its thread
+//! (see [`CpuClock`]). A guest that spins is stopped once over budget, with its neighbours
+//! charged nothing; past a first stretch it may be held to a share of a core ([`CpuShare`]).
+//! **Deadline.** Wall time per call, waits included.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,7 +29,11 @@ pub(crate) struct Limits {
     pub(crate) deadline_hit: bool,
     /// How long one call may run the guest's code.
     pub(crate) cpu_budget: Duration,
+    /// How much of a core a busy call may keep taking (none: all it gets).
+    pub(crate) cpu_share: Option<CpuShare>,
     pub(crate) cpu: CpuClock,
+    /// The call's CPU at the previous epoch tick.
+    cpu_at_last_tick: Duration,
     pub(crate) cpu_hit: bool,
     pub(crate) memory_denied: bool,
     /// The message of the guest's last panic (its panic hook logs `panic: ...`).
@@ -37,7 +43,12 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    pub(crate) fn new(memory_bytes: usize, call_deadline: Duration, cpu_budget: Duration) -> Self {
+    pub(crate) fn new(
+        memory_bytes: usize,
+        call_deadline: Duration,
+        cpu_budget: Duration,
+        cpu_share: Option<CpuShare>,
+    ) -> Self {
         Limits {
             memory_bytes,
             peak_memory_bytes: 0,
@@ -45,7 +56,9 @@ impl Limits {
             call_started: None,
             deadline_hit: false,
             cpu_budget,
+            cpu_share,
             cpu: CpuClock::default(),
+            cpu_at_last_tick: Duration::ZERO,
             cpu_hit: false,
             memory_denied: false,
             last_panic: None,
@@ -57,6 +70,7 @@ impl Limits {
     pub(crate) fn begin_call(&mut self) {
         self.call_started = Some(Instant::now());
         self.cpu = CpuClock::default();
+        self.cpu_at_last_tick = Duration::ZERO;
     }
 
     /// The panic message a guest without a panic hook of its own wrote to stderr.
@@ -104,35 +118,157 @@ impl wasmtime::ResourceLimiter for Limits {
     }
 }
 
-/// The guest's running time in one call: closed stretches inside wasm, the open one, less the
-/// time spent yielded inside them.
-#[derive(Debug, Default)]
-pub(crate) struct CpuClock {
-    closed: Duration,
-    running_since: Option<Instant>,
-    /// Nanoseconds spent yielded on epoch ticks (written by the yield's own future).
-    yielded_ns: Arc<AtomicU64>,
+/// How much of one core a call may keep taking once it has run `after` of CPU: past that, at
+/// each epoch tick the guest stands aside (sleeps) long enough that it runs at most `share` of
+/// the time. A runner's tenants share its cores and, often, the machine with other services;
+/// a guest that spins up to its CPU budget would otherwise take a whole core from them for as
+/// long. Ordinary calls run a few milliseconds of guest code and never reach `after`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuShare {
+    pub after: Duration,
+    /// Between 0.01 and 1 (outside, the nearer bound is taken).
+    pub share: f64,
+}
+
+impl CpuShare {
+    /// A runner's default for its tenants: a quarter of a core after 100 ms.
+    pub const TENANT: CpuShare = CpuShare {
+        after: Duration::from_millis(100),
+        share: 0.25,
+    };
+
+    /// How long to stand aside after running `slice` of CPU since the previous tick, with
+    /// `used` in the call so far.
+    pub(crate) fn pause(&self, used: Duration, slice: Duration) -> Duration {
+        if used <= self.after {
+            return Duration::ZERO;
+        }
+        let share = self.share.clamp(0.01, 1.0);
+        // A tick can come late; one pause never stands aside for more than a second.
+        slice
+            .mul_f64((1.0 - share) / share)
+            .min(Duration::from_secs(1))
+    }
+}
+
+/// The CPU the guest's code got in one call: closed stretches inside wasm plus the open one.
+/// A stretch runs from entering wasm to leaving it (a host call, a return, a yield) and stays on
+/// one thread, though a call may move between threads at its waits. Most stretches are short
+/// and are measured in wall time, which costs next to nothing on every host call; once a
+/// stretch is seen at an epoch tick it is long, and from there on it is measured in the
+/// thread's CPU time, which (unlike wall time) does not charge a busy guest for the time the OS
+/// gave its core to someone else. So a spinning guest is charged the CPU it got, give or take
+/// its first tick.
+///
+/// Shared with the future a busy guest yields on, which opens the next stretch where the guest
+/// resumes.
+#[derive(Debug, Clone)]
+pub(crate) struct CpuClock(Arc<Stretches>);
+
+#[derive(Debug)]
+struct Stretches {
+    closed_ns: AtomicU64,
+    /// Wall time ([`wall_now`]) at the start of the open stretch, or [`UNSET`].
+    open_since_ns: AtomicU64,
+    /// The thread's CPU time at the last tick in the open stretch, or [`UNSET`].
+    cpu_mark_ns: AtomicU64,
+}
+
+const UNSET: u64 = u64::MAX;
+
+impl Default for CpuClock {
+    fn default() -> Self {
+        CpuClock(Arc::new(Stretches {
+            closed_ns: AtomicU64::new(0),
+            open_since_ns: AtomicU64::new(UNSET),
+            cpu_mark_ns: AtomicU64::new(UNSET),
+        }))
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(UNSET - 1)
 }
 
 impl CpuClock {
-    fn enter(&mut self, now: Instant) {
-        self.running_since = Some(now);
+    /// The guest starts running, at `wall`.
+    fn enter(&self, wall: Duration) {
+        self.0.cpu_mark_ns.store(UNSET, Ordering::Relaxed);
+        self.0.open_since_ns.store(nanos(wall), Ordering::Relaxed);
     }
 
-    fn leave(&mut self, now: Instant) {
-        if let Some(since) = self.running_since.take() {
-            self.closed += now.saturating_duration_since(since);
+    /// The guest stops running (a host call, a return), at `wall`, on the thread it ran on.
+    fn leave(&self, wall: Duration, thread_cpu: impl FnOnce() -> Duration) {
+        let since = self.0.open_since_ns.swap(UNSET, Ordering::Relaxed);
+        if since == UNSET {
+            return;
         }
+        let mark = self.0.cpu_mark_ns.swap(UNSET, Ordering::Relaxed);
+        let ran = if mark == UNSET {
+            nanos(wall).saturating_sub(since)
+        } else {
+            nanos(thread_cpu()).saturating_sub(mark)
+        };
+        self.0.closed_ns.fetch_add(ran, Ordering::Relaxed);
     }
 
-    /// The running time so far, as of `now`.
-    pub(crate) fn used(&self, now: Instant) -> Duration {
-        let open = self
-            .running_since
-            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
-        let yielded = Duration::from_nanos(self.yielded_ns.load(Ordering::Relaxed));
-        (self.closed + open).saturating_sub(yielded)
+    /// An epoch tick inside the open stretch, at `wall` and the thread's CPU time `cpu`: counts
+    /// the stretch so far and measures the rest of it in CPU time. Returns the call's CPU.
+    fn tick(&self, wall: Duration, cpu: Duration) -> Duration {
+        let since = self.0.open_since_ns.load(Ordering::Relaxed);
+        if since != UNSET {
+            let mark = self.0.cpu_mark_ns.swap(nanos(cpu), Ordering::Relaxed);
+            let ran = if mark == UNSET {
+                nanos(wall).saturating_sub(since)
+            } else {
+                nanos(cpu).saturating_sub(mark)
+            };
+            self.0.open_since_ns.store(nanos(wall), Ordering::Relaxed);
+            self.0.closed_ns.fetch_add(ran, Ordering::Relaxed);
+        }
+        self.used()
     }
+
+    /// Ends the open stretch right after a tick (the guest yields): nothing more to count.
+    fn suspend(&self) {
+        self.0.open_since_ns.store(UNSET, Ordering::Relaxed);
+        self.0.cpu_mark_ns.store(UNSET, Ordering::Relaxed);
+    }
+
+    /// The CPU counted so far (up to the last time the guest left, or the last tick).
+    pub(crate) fn used(&self) -> Duration {
+        Duration::from_nanos(self.0.closed_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// The CPU time of the calling thread so far.
+#[cfg(unix)]
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec; the call writes only into it.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    if status != 0 {
+        return wall_now();
+    }
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Where thread CPU time cannot be read, the wall time inside wasm stands in for it.
+#[cfg(not(unix))]
+fn thread_cpu() -> Duration {
+    wall_now()
+}
+
+/// Monotonic wall time, from the first reading in the process.
+fn wall_now() -> Duration {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
 }
 
 /// Puts `store` under the limits `limits_of` finds in its data: the memory limiter, the CPU
@@ -141,38 +277,49 @@ impl CpuClock {
 pub(crate) fn apply<T: 'static>(store: &mut Store<T>, limits_of: fn(&mut T) -> &mut Limits) {
     store.limiter(move |data| limits_of(data));
     store.call_hook(move |mut context, hook| {
-        let cpu = &mut limits_of(context.data_mut()).cpu;
+        let cpu = &limits_of(context.data_mut()).cpu;
         match hook {
-            CallHook::CallingWasm | CallHook::ReturningFromHost => cpu.enter(Instant::now()),
-            CallHook::CallingHost | CallHook::ReturningFromWasm => cpu.leave(Instant::now()),
+            CallHook::CallingWasm | CallHook::ReturningFromHost => cpu.enter(wall_now()),
+            CallHook::CallingHost | CallHook::ReturningFromWasm => {
+                cpu.leave(wall_now(), thread_cpu)
+            }
         }
         Ok(())
     });
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |mut context| {
         let limits = limits_of(context.data_mut());
-        let now = Instant::now();
-        if limits.cpu.used(now) > limits.cpu_budget {
+        let used = limits.cpu.tick(wall_now(), thread_cpu());
+        if used > limits.cpu_budget {
             limits.cpu_hit = true;
             return Err(wasmtime::Error::msg("the call ran past its CPU budget"));
         }
-        let overdue = limits
-            .call_started
-            .is_some_and(|started| now.saturating_duration_since(started) > limits.call_deadline);
+        let overdue = limits.call_started.is_some_and(|started| {
+            Instant::now().saturating_duration_since(started) > limits.call_deadline
+        });
         if overdue {
             limits.deadline_hit = true;
             return Err(wasmtime::Error::msg("the call ran past its deadline"));
         }
-        // Within both: let other tenants' tasks run, then check again. The time standing aside
-        // is not the guest's.
-        let yielded = Arc::clone(&limits.cpu.yielded_ns);
+        // Within both: let other tenants' tasks run (for longer if the call is past its share),
+        // then check again. The stretch ends here and the next begins where the guest resumes
+        // (perhaps on another thread).
+        let slice = used.saturating_sub(limits.cpu_at_last_tick);
+        limits.cpu_at_last_tick = used;
+        let pause = limits
+            .cpu_share
+            .map_or(Duration::ZERO, |share| share.pause(used, slice));
+        limits.cpu.suspend();
+        let cpu = limits.cpu.clone();
         Ok(UpdateDeadline::YieldCustom(
             1,
             Box::pin(async move {
-                let started = Instant::now();
-                tokio::task::yield_now().await;
-                let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                yielded.fetch_add(ns, Ordering::Relaxed);
+                if pause.is_zero() {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(pause).await;
+                }
+                cpu.enter(wall_now());
             }),
         ))
     });
@@ -183,18 +330,85 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cpu_clock_counts_only_time_inside_wasm_and_not_yielded() {
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut cpu = CpuClock::default();
-        cpu.enter(at(0));
-        cpu.leave(at(30)); // 30 ms of guest code, then a host call (a sleep, a request)
-        assert_eq!(cpu.used(at(1_000)), Duration::from_millis(30));
-        cpu.enter(at(1_000)); // back in wasm after the host call
-        assert_eq!(cpu.used(at(1_050)), Duration::from_millis(80));
-        cpu.yielded_ns.fetch_add(20_000_000, Ordering::Relaxed); // 20 ms yielded on a tick
-        assert_eq!(cpu.used(at(1_050)), Duration::from_millis(60));
-        cpu.leave(at(1_100));
-        assert_eq!(cpu.used(at(5_000)), Duration::from_millis(110));
+    fn the_cpu_clock_counts_only_stretches_inside_wasm() {
+        let ms = Duration::from_millis;
+        let no_cpu = || -> Duration { panic!("a short stretch reads no CPU time") };
+        let cpu = CpuClock::default();
+        assert_eq!(cpu.used(), Duration::ZERO, "not started");
+        // 30 ms of guest code, then a host call (a sleep, a request): wall time, no CPU read.
+        cpu.enter(ms(100));
+        cpu.leave(ms(130), no_cpu);
+        assert_eq!(cpu.used(), ms(30));
+        cpu.leave(ms(900), no_cpu);
+        assert_eq!(cpu.used(), ms(30), "nothing counts while it is out");
+        // A long stretch: wall time to its first tick, then the thread's CPU time, which on a
+        // busy machine runs slower than the wall.
+        cpu.enter(ms(1_000));
+        assert_eq!(cpu.tick(ms(1_010), ms(5_000)), ms(40));
+        assert_eq!(
+            cpu.tick(ms(1_030), ms(5_004)),
+            ms(44),
+            "4 ms of CPU in 20 ms"
+        );
+        cpu.leave(ms(1_050), || ms(5_010));
+        assert_eq!(cpu.used(), ms(50));
+        // A tick, a yield, and the yield's future opening the next stretch elsewhere.
+        cpu.enter(ms(2_000));
+        assert_eq!(cpu.tick(ms(2_010), ms(9_000)), ms(60));
+        cpu.suspend();
+        let resumed = cpu.clone();
+        resumed.enter(ms(2_500));
+        resumed.leave(ms(2_502), no_cpu);
+        assert_eq!(cpu.used(), ms(62));
+    }
+
+    #[test]
+    fn a_call_past_its_share_stands_aside_in_proportion() {
+        let ms = Duration::from_millis;
+        let quarter = CpuShare::TENANT;
+        assert_eq!(
+            quarter.pause(ms(100), ms(10)),
+            Duration::ZERO,
+            "within `after`"
+        );
+        assert_eq!(quarter.pause(ms(110), ms(10)), ms(30), "runs 1 part in 4");
+        let half = CpuShare {
+            after: ms(0),
+            share: 0.5,
+        };
+        assert_eq!(half.pause(ms(1), ms(10)), ms(10));
+        let whole = CpuShare {
+            after: ms(0),
+            share: 1.0,
+        };
+        assert_eq!(whole.pause(ms(500), ms(10)), Duration::ZERO);
+        let silly = CpuShare {
+            after: ms(0),
+            share: 0.0,
+        };
+        assert_eq!(
+            silly.pause(ms(500), ms(100)),
+            Duration::from_secs(1),
+            "bounded"
+        );
+    }
+
+    #[test]
+    fn a_thread_is_charged_its_cpu_and_not_its_sleep() {
+        let before = thread_cpu();
+        std::thread::sleep(Duration::from_millis(200));
+        let slept = thread_cpu() - before;
+        let before = thread_cpu();
+        let started = Instant::now();
+        let mut n = 0u64;
+        while started.elapsed() < Duration::from_millis(200) {
+            n = std::hint::black_box(n.wrapping_add(1));
+        }
+        let spun = thread_cpu() - before;
+        assert!(
+            slept < Duration::from_millis(50),
+            "sleeping counted {slept:?}"
+        );
+        assert!(spun > slept, "spinning {spun:?}, sleeping {slept:?}");
     }
 }

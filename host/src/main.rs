@@ -369,6 +369,7 @@ async fn run(cli: Cli) -> Result<Value, Failure> {
         // One user's own work, with no neighbours to protect: the call deadline bounds it, and
         // a large import is not cut short.
         cpu_budget: SINGLE_USER_CPU_BUDGET,
+        cpu_share: None,
         ..RuntimeOptions::default()
     };
     let env = settings::from_env(|var| std::env::var(var).ok());

@@ -20,7 +20,7 @@ use crate::http::policy::{AddressAllowance, Authority, EgressPolicy, TimeoutLimi
 use crate::http::pool::PoolLimits;
 use crate::http::sender::Sender;
 use crate::http::tls::TlsOptions;
-use crate::limits::{self, Limits};
+use crate::limits::{self, CpuShare, Limits};
 use crate::settings::Settings;
 use crate::state::HostState;
 
@@ -52,6 +52,10 @@ pub struct RuntimeOptions {
     /// lock's sleep or an HTTP request, is not counted): a guest that spins is stopped with a
     /// `timeout` error once past it. [`DEFAULT_CPU_BUDGET`] by default.
     pub cpu_budget: Duration,
+    /// How much of a core one call may keep taking once past a first stretch of CPU
+    /// ([`CpuShare::TENANT`], a quarter of a core after 100 ms, by default); `None` lets a busy
+    /// call take all the CPU it gets, for a single user's own tool.
+    pub cpu_share: Option<CpuShare>,
     /// Pre-allocate slots for this many live instances (wasmtime's pooling allocator): faster
     /// instantiation for runners that make many short-lived instances. On-demand by default.
     pub pooled_instances: Option<u32>,
@@ -79,6 +83,7 @@ impl Default for RuntimeOptions {
             memory_limit_bytes: 128 << 20,
             call_deadline: None,
             cpu_budget: DEFAULT_CPU_BUDGET,
+            cpu_share: Some(CpuShare::TENANT),
             pooled_instances: None,
             keep_alive: PoolLimits::default(),
             compile_cache: cache::default_dir(),
@@ -241,6 +246,7 @@ impl Runtime {
             self.options.memory_limit_bytes,
             deadline,
             self.options.cpu_budget,
+            self.options.cpu_share,
         );
         let state = HostState::new(hook, clock, options.label, limits);
         let mut store = Store::new(&self.engine, state);

@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use integration_tests::state_host::http::policy::{AddressAllowance, Authority, EgressPolicy};
-use integration_tests::state_host::{Backend, Error, InstanceOptions, Runtime, RuntimeOptions};
+use integration_tests::state_host::{
+    Backend, CpuShare, Error, InstanceOptions, Runtime, RuntimeOptions,
+};
 use integration_tests::{TestTable, json, runtime as honest_runtime};
 
 /// The allowed endpoint of the evil tenant; nothing listens there, and nothing needs to.
@@ -89,6 +91,49 @@ async fn a_spinning_guest_is_stopped_by_its_cpu_budget() {
         "{:?}",
         started.elapsed()
     );
+    honest_still_works().await;
+}
+
+/// Past its first stretch of CPU, a spinning guest is held to its share of a core: at a quarter
+/// after 50 ms, the 250 ms it spins beyond that take at least 750 ms more of standing aside,
+/// so its budget of 300 ms lasts at least a second of wall time. Without a share it is stopped
+/// after its 300 ms (and whatever else the machine runs meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_guest_is_held_to_its_cpu_share() {
+    let path =
+        integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
+    let spin_under = |cpu_share| {
+        let runtime = Runtime::load(
+            &path,
+            RuntimeOptions {
+                cpu_budget: Duration::from_millis(300),
+                cpu_share,
+                call_deadline: Some(Duration::from_secs(60)),
+                ..RuntimeOptions::default()
+            },
+        )
+        .expect("loads");
+        async move {
+            let mut evil = open(&runtime, None).await;
+            let started = Instant::now();
+            match evil.get("loop").await {
+                Err(Error::Timeout(m)) => assert!(m.contains("CPU budget"), "{m}"),
+                other => panic!("expected a timeout, got {other:?}"),
+            }
+            started.elapsed()
+        }
+    };
+    let share = CpuShare {
+        after: Duration::from_millis(50),
+        share: 0.25,
+    };
+    let held = spin_under(Some(share)).await;
+    assert!(
+        held >= Duration::from_millis(1000),
+        "a quarter of a core for 300 ms of CPU took only {held:?}"
+    );
+    let unheld = spin_under(None).await;
+    assert!(unheld < held, "without a share {unheld:?}, with {held:?}");
     honest_still_works().await;
 }
 

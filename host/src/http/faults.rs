@@ -1,7 +1,7 @@
 //! Fault injection, for tests only (the `faults` feature): [`Faulty`] wraps an instance's
 //! sender and, where its [`FaultPlan`] says so, refuses the connection, resets it before or in
 //! the middle of a response, answers with a ClickHouse error with a real body or a 200 carrying a
-//! mid-stream exception, or answers after the timeout. A [`FaultSchedule`] decides from a seed,
+//! mid-stream exception, answers after the timeout, or answers late. A [`FaultSchedule`] decides from a seed,
 //! so a failing run can be replayed.
 
 use std::sync::Mutex;
@@ -67,6 +67,9 @@ pub enum Fault {
     MidStreamException,
     /// The request is done, the answer comes after the timeout.
     Slow,
+    /// The answer comes this much later than the server sent it, over the connection it came
+    /// on (a slow server, not a broken one). Never drawn by a [`FaultSchedule`].
+    Late(std::time::Duration),
 }
 
 const SERVER_FAULTS: [(i32, &str, u16); 5] = [
@@ -157,6 +160,11 @@ async fn apply(
         Fault::Slow => {
             complete(sender.send(request, options, addresses).await?).await?;
             Err(HttpError::ConnectionReadTimeout)
+        }
+        Fault::Late(delay) => {
+            let sent = sender.send(request, options, addresses).await?;
+            tokio::time::sleep(delay).await;
+            Ok(sent)
         }
         Fault::ResetMidBody => {
             let (parts, body) = complete(sender.send(request, options, addresses).await?).await?;

@@ -7,12 +7,14 @@
 //!
 //! Sections: per-operation overhead (component vs the same SQL over the same HTTP stack without
 //! it), scale (1k/10k/100k states), the lock (fenced vs settle, throughput), the component
-//! (size, compile vs .cwasm, instantiation) and connection reuse (keep-alive vs a connection
-//! per request, over http and https).
+//! (size, compile vs .cwasm, instantiation), connection reuse (keep-alive vs a connection
+//! per request, over http and https) and noisy neighbours (100 tenants in one process, one
+//! spinning and one with a slow ClickHouse).
 
 mod native;
 mod plot;
 mod stats;
+mod tenants;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -79,6 +81,7 @@ struct Mode {
     updates_per_run: usize,
     instances: usize,
     gets: usize,
+    tenants: tenants::Plan,
     out: PathBuf,
 }
 
@@ -95,6 +98,12 @@ fn mode() -> Mode {
             updates_per_run: 12,
             instances: 20,
             gets: 15,
+            tenants: tenants::Plan {
+                tenants: 100,
+                rounds: 1,
+                phase: Duration::from_secs(5),
+                think: Duration::from_secs(3),
+            },
             out: root.join("target").join("bench"),
         }
     } else {
@@ -108,6 +117,12 @@ fn mode() -> Mode {
             updates_per_run: 160,
             instances: 300,
             gets: 200,
+            tenants: tenants::Plan {
+                tenants: 100,
+                rounds: 12,
+                phase: Duration::from_secs(5),
+                think: Duration::from_secs(3),
+            },
             out: root.join("tests").join("benches").join("results"),
         }
     }
@@ -484,6 +499,74 @@ impl Bench {
     }
 
     /// 5. `get` with keep-alive vs a new connection per request, over http and https.
+    /// 6. Noisy neighbours among 100 tenants in one process.
+    fn tenants(&mut self) {
+        let plan = &self.mode.tenants;
+        let outcome = tenants::run(&self.tokio, plan);
+        let share = runtime_options()
+            .cpu_share
+            .expect("tenants have a CPU share by default");
+        let _ = writeln!(
+            self.md,
+            "\n## 6. Noisy neighbours\n\n{} tenants in one process, an instance each. {} do \
+             ordinary work: `update`, then `get`, of their own state, with a pause of 0–{:.0} s \
+             between calls. In the noisy phases one more tenant's guest spins (stopped by its \
+             CPU budget of {:?}, then opened again) and another's ClickHouse answers {:?} late \
+             (the fault hook). The spinner runs under the default CPU share of a tenant ({:.0} % \
+             of a core once a call has run {:?}), and, in a third kind of phase, with no share. \
+             Phases of {:.0} s, {} of each kind, in turn. The machine's 2 cores also run the \
+             local ClickHouse, which now and then stalls every tenant's inserts for 0.3–2 s at \
+             once, in any kind of phase (a phase with {} calls over {:.0} ms counts as stalled): \
+             one stall decides a p99 pooled over all calls, so the goal is judged on the p99 \
+             of each phase, the median over the phases of a kind.\n\n\
+             | the {} ordinary tenants | calls | p50 ms | p99 ms, all calls | p99 ms, per phase (median) | phases stalled | spinner stopped | slow tenant's calls, p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|",
+            plan.tenants,
+            plan.tenants - 2,
+            2.0 * plan.think.as_secs_f64(),
+            tenants::SPIN_BUDGET,
+            tenants::LATE_BY,
+            share.share * 100.0,
+            share.after,
+            plan.phase.as_secs_f64(),
+            plan.rounds,
+            tenants::STALL_CALLS,
+            tenants::STALL_MS,
+            plan.tenants - 2,
+        );
+        for (label, seen) in [
+            ("quiet", &outcome.quiet),
+            ("beside a spinning and a slow tenant", &outcome.noisy),
+            (
+                "the same, the spinner without a CPU share",
+                &outcome.unshared,
+            ),
+        ] {
+            let _ = writeln!(
+                self.md,
+                "| {label} | {} | {:.1} | {:.1} | {:.1} | {} of {} | {} | {} |",
+                seen.calls.len(),
+                seen.calls.p50(),
+                seen.calls.p99(),
+                seen.phase_p99.p50(),
+                seen.stalled_phases,
+                seen.phase_p99.len(),
+                seen.spinner_stops,
+                fmt_p50(&seen.slow)
+            );
+        }
+        let (quiet, noisy, unshared) = (&outcome.quiet, &outcome.noisy, &outcome.unshared);
+        let _ = writeln!(
+            self.md,
+            "\nnoisy / quiet: p50 **{:.2}x**, p99 per phase **{:.2}x** (goal: within 1.5x), p99 \
+             of all calls {:.2}x; without the share: p50 {:.2}x, p99 per phase {:.2}x.",
+            noisy.calls.p50() / quiet.calls.p50(),
+            noisy.phase_p99.p50() / quiet.phase_p99.p50(),
+            noisy.calls.p99() / quiet.calls.p99(),
+            unshared.calls.p50() / quiet.calls.p50(),
+            unshared.phase_p99.p50() / quiet.phase_p99.p50()
+        );
+    }
+
     fn keep_alive(&mut self) {
         let table = TestTable::new("bench_keepalive");
         let pki = Pki::new("bench");
@@ -609,9 +692,10 @@ fn main() {
             "lock" => drop(bench.lock()),
             "component" => bench.component(),
             "keep-alive" => bench.keep_alive(),
-            other => {
-                panic!("BENCH_ONLY={other}: one of per-op, scale, lock, component, keep-alive")
-            }
+            "tenants" => bench.tenants(),
+            other => panic!(
+                "BENCH_ONLY={other}: one of per-op, scale, lock, component, keep-alive, tenants"
+            ),
         }
         println!("{}", bench.md);
         return;
@@ -621,6 +705,7 @@ fn main() {
     let (fenced, settle) = bench.lock();
     bench.component();
     bench.keep_alive();
+    bench.tenants();
     let _ = writeln!(
         bench.md,
         "\nThe plot, `latency.svg`: latency distributions per operation (component vs raw) and \

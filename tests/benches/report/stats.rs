@@ -26,6 +26,11 @@ impl Samples {
         self.ms.drain(..n.min(self.ms.len()));
     }
 
+    /// The samples, in the order they came.
+    pub fn iter(&self) -> impl Iterator<Item = f64> + '_ {
+        self.ms.iter().copied()
+    }
+
     pub fn len(&self) -> usize {
         self.ms.len()
     }
