@@ -92,7 +92,17 @@ test: guest
     fi
     trap '[[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
     {{just_executable()}} test-clickhouse
-    cargo test --workspace
+    # The outage tests (tests/tests/outage.rs) spend minutes waiting for their own ClickHouse
+    # to come back, with little CPU: their binary runs beside the other suites.
+    outage=$(cargo test --workspace --no-run --message-format=json 2>/dev/null \
+        | {{python}} -c 'import json, sys; print(*[m["executable"] for m in map(json.loads, sys.stdin) if m.get("target", {}).get("name") == "outage" and m.get("executable")])')
+    [[ -x "$outage" ]] || { echo "no outage test binary ($outage)" >&2; exit 1; }
+    "$outage" --test-threads 3 > target/outage-tests.log 2>&1 &
+    outage_pid=$!
+    trap 'kill "$outage_pid" 2>/dev/null; [[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
+    cargo test --workspace -- --skip outage::
+    if ! wait "$outage_pid"; then cat target/outage-tests.log; echo "the outage tests failed" >&2; exit 1; fi
+    grep -E "^test |operations in|test result" target/outage-tests.log
     {{just_executable()}} test-wheel
     # --workspace: the same dependency features as the test build above, so nothing rebuilds
     BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report

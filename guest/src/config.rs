@@ -37,9 +37,10 @@ pub enum LockMode {
     Settle,
 }
 
-/// Further tries of a request that failed transiently.
-pub const DEFAULT_RETRIES: u32 = 3;
-/// The first pause before a retry; it doubles with each try, up to 5 s.
+/// How long a call keeps trying again after a transient failure: long enough to ride through a
+/// server restart or a failover (ClickHouse Cloud restarts replicas for upgrades and scaling).
+pub const DEFAULT_RETRY_BUDGET_MS: u64 = 60_000;
+/// The first pause before a retry; it doubles with each try, up to 2 s (see `retry`).
 pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 200;
 
 /// A password. Its `Debug` and `Display` never show it.
@@ -101,8 +102,10 @@ pub struct Config {
     /// How long an `update` keeps its lock for the next one (fenced mode; 0: released at once).
     pub lock_linger_ms: u64,
     pub lock_settle_ms: u64,
-    pub retries: u32,
+    /// At most this many retries of a request, if set; the budget bounds them anyway.
+    pub retries: Option<u32>,
     pub retry_backoff_ms: u64,
+    pub retry_budget_ms: u64,
     /// A self-managed replicated cluster (a name in `system.clusters`): the schema is created
     /// `ON CLUSTER` it, with Replicated engines. None on one server and on ClickHouse Cloud.
     pub cluster: Option<String>,
@@ -206,6 +209,7 @@ struct UriParts {
     lock_settle_ms: Option<u64>,
     retries: Option<u32>,
     retry_backoff_ms: Option<u64>,
+    retry_budget_ms: Option<u64>,
     cluster: Option<String>,
 }
 
@@ -286,16 +290,19 @@ impl UriParts {
                         .trim()
                         .parse::<u32>()
                         .ok()
-                        .filter(|r| *r <= 20)
+                        .filter(|r| *r <= 1000)
                         .ok_or_else(|| {
                             Error::InvalidConfig(format!(
-                                "'retries' must be a number from 0 to 20, not '{value}'"
+                                "'retries' must be a number from 0 to 1000, not '{value}'"
                             ))
                         })?,
                 );
             }
             "retry_backoff_seconds" => {
                 self.retry_backoff_ms = Some(parse_seconds(name, value, true)?);
+            }
+            "retry_budget_seconds" => {
+                self.retry_budget_ms = Some(parse_seconds(name, value, true)?);
             }
             "cluster" => self.cluster = Some(value.trim().to_string()),
             "lock_mode" => {
@@ -380,8 +387,9 @@ impl UriParts {
             lock_lease_ms: self.lock_lease_ms.unwrap_or(DEFAULT_LOCK_LEASE_MS),
             lock_linger_ms: self.lock_linger_ms.unwrap_or(0),
             lock_settle_ms: self.lock_settle_ms.unwrap_or(DEFAULT_LOCK_SETTLE_MS),
-            retries: self.retries.unwrap_or(DEFAULT_RETRIES),
+            retries: self.retries,
             retry_backoff_ms: self.retry_backoff_ms.unwrap_or(DEFAULT_RETRY_BACKOFF_MS),
+            retry_budget_ms: self.retry_budget_ms.unwrap_or(DEFAULT_RETRY_BUDGET_MS),
             cluster,
         })
     }

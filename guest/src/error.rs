@@ -66,6 +66,19 @@ impl Error {
         }
     }
 
+    /// The same error, saying how long it was tried and why the tries stopped.
+    pub fn gave_up(self, why: &str) -> Error {
+        match self {
+            Error::Unreachable(m) => Error::Unreachable(format!("{m} ({why})")),
+            Error::Timeout(m) => Error::Timeout(format!("{m} ({why})")),
+            Error::Server(mut e) => {
+                e.message = format!("{} ({why})", e.message);
+                Error::Server(e)
+            }
+            other => other,
+        }
+    }
+
     /// ClickHouse's code for "the table or database is not there".
     pub fn is_missing_schema(&self) -> bool {
         matches!(self, Error::Server(e) if e.code == 60 || e.code == 81)

@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::deployment::{self, Consistency, Kind, Observed};
 use crate::error::{Error, Result};
 use crate::http::{Answer, Client, Transport};
+use crate::retry::{self, Next};
 use crate::rows::{self, Decode, FromRow};
 use crate::sql::{Query, Read, Statements};
 
@@ -38,6 +39,9 @@ pub struct Exec<T, H> {
     /// The settings queries carry on this deployment: assumed from the configuration until the
     /// check has seen the tables.
     consistency: Cell<Consistency>,
+    /// While a call writes under a lock: the time its retries must not pass (see
+    /// [`Exec::retrying_until`]).
+    retry_bound_ms: Cell<Option<u64>>,
 }
 
 impl<T: Transport, H: Host> Exec<T, H> {
@@ -49,12 +53,13 @@ impl<T: Transport, H: Host> Exec<T, H> {
             host,
             checked: Cell::new(false),
             consistency: Cell::new(Consistency::assumed(&config)),
+            retry_bound_ms: Cell::new(None),
             config,
         })
     }
 
     /// Runs a query, retrying transient failures (network, server load, a restart) with
-    /// back-off on the host's clock. Every statement this backend sends is safe to send again:
+    /// back-off and jitter on the host's clock, for up to the retry budget (see `retry`). Every statement this backend sends is safe to send again:
     /// reads trivially, and each write carries its own deduplication token and version, so a
     /// retry of a write that did land stores the same row again or nothing (see `sql`).
     /// When a table or database is missing, creates the schema (idempotent) and tries once more:
@@ -87,9 +92,29 @@ impl<T: Transport, H: Host> Exec<T, H> {
         rows::first(&self.run(&read.query)?)
     }
 
+    /// Runs `f` with no retry starting after `until_ms`: a write under a lock does not try
+    /// again once a contender may see the lease ended (nested bounds keep the earliest).
+    pub fn retrying_until<R>(&self, until_ms: u64, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        let outer = self.retry_bound_ms.get();
+        self.retry_bound_ms
+            .set(Some(outer.map_or(until_ms, |o| o.min(until_ms))));
+        let result = f();
+        self.retry_bound_ms.set(outer);
+        result
+    }
+
+    fn retry_policy(&self) -> retry::Policy {
+        retry::Policy {
+            first_pause_ms: self.config.retry_backoff_ms,
+            budget_ms: self.config.retry_budget_ms,
+            max_retries: self.config.retries,
+        }
+    }
+
     fn run_checked(&self, query: &Query) -> Result<Answer> {
         let mut migrated = false;
-        let mut attempt = 0u32;
+        let mut failures = 0u32;
+        let started = self.host.now_ms();
         loop {
             let settings = self.consistency.get().settings(query.role);
             match self.client.answer(query, &settings) {
@@ -104,21 +129,25 @@ impl<T: Transport, H: Host> Exec<T, H> {
                     self.migrate()?;
                     migrated = true;
                 }
-                Err(e) if e.is_transient() && attempt < self.config.retries => {
-                    attempt += 1;
-                    let pause = self
-                        .config
-                        .retry_backoff_ms
-                        .saturating_mul(1 << (attempt - 1).min(10))
-                        .min(5_000);
-                    self.host.log(
-                        Level::Info,
-                        &format!(
-                            "retry {attempt}/{} in {pause} ms after: {e}",
-                            self.config.retries
-                        ),
+                Err(e) if e.is_transient() => {
+                    failures += 1;
+                    let next = self.retry_policy().next(
+                        failures,
+                        started,
+                        self.host.now_ms(),
+                        self.retry_bound_ms.get(),
+                        self.host.random_u128(),
                     );
-                    self.host.sleep_ms(pause);
+                    match next {
+                        Next::After(pause) => {
+                            self.host.log(
+                                Level::Info,
+                                &format!("retry {failures} in {pause} ms after: {e}"),
+                            );
+                            self.host.sleep_ms(pause);
+                        }
+                        Next::GiveUp(why) => return Err(e.gave_up(&why)),
+                    }
                 }
                 other => return other,
             }
@@ -173,5 +202,114 @@ impl<T: Transport, H: Host> Exec<T, H> {
         uuid::Builder::from_random_bytes(self.host.random_u128().to_le_bytes())
             .into_uuid()
             .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{Request, Response, TransportError};
+
+    /// A server that is down: every request is refused. Remembers when each was sent.
+    struct Down<'a>(&'a VirtualClock);
+
+    impl Transport for Down<'_> {
+        fn send(&self, _: Request) -> std::result::Result<Response, TransportError> {
+            self.0.sent.borrow_mut().push(self.0.now.get());
+            self.0.now.set(self.0.now.get() + 3); // a refusal takes a few ms
+            Err(TransportError::Unreachable(
+                "cannot reach http://ch.example:8123: connection refused".into(),
+            ))
+        }
+    }
+
+    /// The host's clock, driven by the guest's own sleeps.
+    #[derive(Default)]
+    struct VirtualClock {
+        now: Cell<u64>,
+        sent: std::cell::RefCell<Vec<u64>>,
+    }
+
+    impl Host for &VirtualClock {
+        fn now_ms(&self) -> u64 {
+            self.now.get()
+        }
+        fn sleep_ms(&self, ms: u64) {
+            self.now.set(self.now.get() + ms);
+        }
+        fn random_u128(&self) -> u128 {
+            u128::from(self.now.get()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        }
+        fn log(&self, _: Level, _: &str) {}
+    }
+
+    fn exec<'a>(
+        clock: &'a VirtualClock,
+        settings: &[(&str, &str)],
+    ) -> Exec<Down<'a>, &'a VirtualClock> {
+        let settings: Vec<(String, String)> = settings
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Exec::open(
+            "clickhouse://u@ch.example/db",
+            &settings,
+            Down(clock),
+            clock,
+        )
+        .expect("opens")
+    }
+
+    #[test]
+    fn a_down_server_is_tried_for_the_whole_budget_then_named() {
+        let clock = VirtualClock::default();
+        let exec = exec(&clock, &[]);
+        let error = exec.run(&exec.sql.count()).expect_err("the server is down");
+        let sent = clock.sent.borrow();
+        let last = *sent.last().expect("tried");
+        assert!(
+            (58_000..=60_000).contains(&last),
+            "the last try at {last} ms of a 60 s budget"
+        );
+        assert!(sent.len() >= 30, "{} tries", sent.len());
+        match error {
+            Error::Unreachable(m) => {
+                assert!(m.contains("http://ch.example:8123"), "{m}");
+                assert!(m.contains(&format!("tried {} times", sent.len())), "{m}");
+                assert!(m.contains("the retry budget is 60 s"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn no_retry_of_a_write_under_a_lock_starts_after_its_lease() {
+        let clock = VirtualClock::default();
+        let exec = exec(&clock, &[]);
+        let error = exec
+            .retrying_until(5_000, || {
+                // A nested, later bound does not extend the outer one.
+                exec.retrying_until(50_000, || exec.run(&exec.sql.count()))
+            })
+            .expect_err("the server is down");
+        let last = *clock.sent.borrow().last().expect("tried");
+        assert!(last <= 5_000, "a try at {last} ms, the lease ends at 5000");
+        assert!(last >= 3_000, "gave up early, at {last} ms");
+        assert!(format!("{error}").contains("lease"), "{error}");
+        // Outside the bound, the budget applies again.
+        clock.sent.borrow_mut().clear();
+        let started = clock.now.get();
+        let _ = exec.run(&exec.sql.count());
+        let last = *clock.sent.borrow().last().expect("tried");
+        assert!(last - started > 50_000, "{}", last - started);
+    }
+
+    #[test]
+    fn a_count_limit_still_holds_within_the_budget() {
+        let clock = VirtualClock::default();
+        let exec = exec(&clock, &[("retries", "2")]);
+        let error = exec.run(&exec.sql.count()).expect_err("down");
+        assert_eq!(clock.sent.borrow().len(), 3, "one try and two retries");
+        assert!(format!("{error}").contains("retries allows 2"), "{error}");
     }
 }

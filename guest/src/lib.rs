@@ -11,6 +11,7 @@ pub mod glob;
 pub mod http;
 pub mod lock;
 pub mod merge;
+pub mod retry;
 pub mod rows;
 pub mod settings;
 pub mod sql;

@@ -157,11 +157,20 @@ pub const SETTINGS: &[Setting] = &[
         "2",
     ),
     setting(
+        "retry_budget_seconds",
+        None,
+        Some("60"),
+        "60",
+        "how long a call keeps trying again after transient failures (refused connections, \
+         resets, 502/503/504, ClickHouse's transient errors), never past a held lock's lease",
+        "120",
+    ),
+    setting(
         "retries",
         None,
-        Some("3"),
-        "3",
-        "further tries of a request that failed transiently (0-20)",
+        None,
+        "no limit",
+        "at most this many retries of a request (0-1000), within the budget",
         "5",
     ),
     setting(
@@ -169,7 +178,7 @@ pub const SETTINGS: &[Setting] = &[
         None,
         Some("0.2"),
         "0.2",
-        "first pause before a retry; doubles each time, at most 5 s",
+        "first pause before a retry; doubles each time, at most 2 s, with jitter",
         "1",
     ),
     setting(

@@ -199,13 +199,17 @@ impl<T: Transport, H: Host> Store<T, H> {
             )? {
                 lock::Proposed::Within(v) | lock::Proposed::AboveLease(v) => v,
             };
-            match update::write(
-                &self.exec,
-                ready,
-                &to_write.partial,
-                &to_write.completed,
-                version,
-            )? {
+            let handle = ready.handle.clone();
+            let written = lock::within_lease(&self.exec, &handle, || {
+                update::write(
+                    &self.exec,
+                    ready,
+                    &to_write.partial,
+                    &to_write.completed,
+                    version,
+                )
+            })?;
+            match written {
                 Written::Done => {
                     lock::confirm_write(&self.exec, &ready.handle)?;
                     return Ok(Ok((
@@ -269,7 +273,9 @@ impl<T: Transport, H: Host> Store<T, H> {
         }
         let stored = self.read_version(&self.exec.sql.version_of(&state.state_id))?;
         let version = lock::write_version(&self.exec, lock, stored)?;
-        self.write(std::slice::from_ref(state), version)?;
+        lock::within_lease(&self.exec, lock, || {
+            self.write(std::slice::from_ref(state), version)
+        })?;
         lock::confirm_write(&self.exec, lock)
     }
 
@@ -308,7 +314,7 @@ impl<T: Transport, H: Host> Store<T, H> {
             }
             LockMode::Settle => self.exec.sql.delete(&lock.state_id),
         };
-        self.exec.run(&query)?;
+        lock::within_lease(&self.exec, lock, || self.exec.run(&query))?;
         lock::confirm_write(&self.exec, lock)
     }
 

@@ -11,7 +11,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
 from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from conftest import MELTANO, ROOT
 
 STATE_ID = "dev:tap-spreadsheets-to-target-jsonl"
 
@@ -95,3 +105,132 @@ def test_meltano_run_resumes_from_the_bookmark_stored_through_the_component(
     # ...and Meltano reads it back through the component.
     got = json.loads(project.meltano("state", "get", STATE_ID).stdout.strip().splitlines()[-1])
     assert got["singer_state"]["bookmarks"]["events"] == bookmark
+
+
+class OwnClickHouse:
+    """The local ClickHouse of this test's own (the project's server on a free port), which it
+    kills and starts again on the same data. It fails the test when it cannot start."""
+
+    SERVER = ROOT / "tests" / "clickhouse" / "server.py"
+    #: The workspace's venv has the engine (chdb); the wheel's test venv does not need it.
+    PYTHON = ROOT / ".venv" / "bin" / "python"
+
+    def __init__(self, directory: Path):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        directory.mkdir(parents=True, exist_ok=True)
+        self.data = directory / "data"
+        self.log = directory / "server.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"clickhouse://default:@127.0.0.1:{self.port}/default"
+
+    def start(self) -> None:
+        if not self.PYTHON.exists():
+            pytest.fail(f"no Python with the engine at {self.PYTHON}: run tests/bootstrap.sh")
+        with self.log.open("a") as log:
+            self.process = subprocess.Popen(
+                [str(self.PYTHON), str(self.SERVER), "--port", str(self.port)]
+                + ["--data", str(self.data)],
+                stdout=log,
+                stderr=log,
+            )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"the local server exited: {self.log.read_text()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ping", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        pytest.fail(f"the local server did not start: {self.log.read_text()}")
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def queries_seen(self) -> int:
+        """Queries the server has logged so far (each is a POST)."""
+        return self.log.read_text().count(" POST /")
+
+    def query(self, sql: str) -> str:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/", data=sql.encode())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.read().decode()
+
+
+def test_meltano_run_rides_through_a_clickhouse_restart(project, schema, tmp_path):
+    """The server is killed (SIGKILL) at the run's first query to it and started again only
+    once the backend has logged a retry, plus 8 s: the run completes, and the bookmark it stored
+    is right and read back by the next run."""
+    server = OwnClickHouse(tmp_path / "clickhouse")
+    server.start()
+    env = {
+        "MELTANO_STATE_BACKEND_URI": server.uri,
+        "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK": "true",
+    }
+    try:
+        (project.path / "meltano.yml").write_text(MELTANO_YML)
+        data, out = project.path / "data", project.path / "out"
+        data.mkdir()
+        out.mkdir()
+        project.meltano("install")
+        write_events(data / "a.csv", [1, 2, 3], datetime(2026, 11, 1, 10, tzinfo=timezone.utc))
+
+        run = subprocess.Popen(
+            [str(MELTANO), "run", "tap-spreadsheets", "target-jsonl"],
+            cwd=project.path,
+            env={**project.env, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        lines: list[str] = []
+        retried = threading.Event()
+
+        def read() -> None:
+            assert run.stdout is not None
+            for line in run.stdout:
+                lines.append(line)
+                if "retry" in line and "unreachable" in line:
+                    retried.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 300
+        while server.queries_seen() == 0:
+            assert run.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "the run sent no query"
+            time.sleep(0.02)
+        server.kill()
+        killed = time.monotonic()
+        assert retried.wait(timeout=120), "the run met no outage:\n" + "".join(lines)
+        time.sleep(8)
+        server.start()
+        outage = time.monotonic() - killed
+        assert run.wait(timeout=600) == 0, "".join(lines)
+        reader.join(timeout=10)
+        log = "".join(lines)
+        assert "ClickHouseStateStoreManager" in log
+        assert take_loaded_ids(out) == [1, 2, 3]
+        stored = server.query(
+            f"SELECT completed_state FROM {schema}.state FINAL "
+            f"WHERE state_id = '{STATE_ID}' FORMAT TSVRaw"
+        )
+        bookmark = json.loads(stored)["singer_state"]["bookmarks"]["events"]
+        assert bookmark["replication_key_value"] == "2026-11-01T10:00:00+00:00"
+        print(f"outage of {outage:.1f} s ridden through")
+
+        # The next run reads that bookmark back and goes on from it.
+        write_events(data / "b.csv", [4, 5], datetime(2026, 11, 2, 10, tzinfo=timezone.utc))
+        second = project.meltano("run", "tap-spreadsheets", "target-jsonl", env=env)
+        assert re.search(r"Skipping \S*a\.csv", second.stdout + second.stderr)
+        assert take_loaded_ids(out) == [4, 5]
+    finally:
+        server.kill()

@@ -362,6 +362,14 @@ impl LocalServer {
         }
     }
 
+    /// Kills it (SIGKILL: no shutdown, connections reset), keeping its data.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     pub fn uri(&self) -> String {
         format!(
             "clickhouse://{}:{}@127.0.0.1:{}/default",

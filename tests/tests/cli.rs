@@ -267,7 +267,13 @@ fn errors_are_one_line_on_stderr_with_an_exit_code() {
         ),
         (&["-s", "port=abc", "list"], 2, "invalid port 'abc'"),
         (
-            &["--uri", "clickhouse://default:@127.0.0.1:1/default", "list"],
+            &[
+                "--uri",
+                "clickhouse://default:@127.0.0.1:1/default",
+                "-s",
+                "retry_budget_seconds=0",
+                "list",
+            ],
             4,
             "cannot reach http://127.0.0.1:1",
         ),

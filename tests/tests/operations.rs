@@ -526,8 +526,9 @@ async fn schema_is_created_on_first_use() {
 #[tokio::test]
 async fn secure_defaults_to_port_8443() {
     let uri = "clickhouse://default:@127.0.0.1/default?secure=true";
+    let no_retries = vec![("retry_budget_seconds".into(), "0".into())];
     let mut b = runtime()
-        .open(uri, vec![])
+        .open(uri, no_retries)
         .await
         .expect("opens without I/O");
     match b.get("x").await {
@@ -600,11 +601,24 @@ async fn closed_port_is_unreachable() {
         listener.local_addr().unwrap().port()
     };
     let uri = format!("clickhouse://default:@127.0.0.1:{port}/default");
-    let mut b = runtime().open(&uri, vec![]).await.unwrap();
+    let budget = vec![("retry_budget_seconds".into(), "1".into())];
+    let mut b = runtime().open(&uri, budget).await.unwrap();
+    let started = std::time::Instant::now();
     match b.state_ids(None).await {
-        Err(Error::Unreachable(m)) => assert!(m.contains(&format!("127.0.0.1:{port}")), "{m}"),
+        Err(Error::Unreachable(m)) => {
+            // The endpoint, how long it was tried, and the setting that bounds it.
+            assert!(m.contains(&format!("127.0.0.1:{port}")), "{m}");
+            assert!(m.contains("times over"), "{m}");
+            assert!(m.contains("retry_budget_seconds"), "{m}");
+        }
         other => panic!("expected unreachable, got {other:?}"),
     }
+    let tried = started.elapsed();
+    assert!(
+        tried >= std::time::Duration::from_millis(500)
+            && tried < std::time::Duration::from_secs(10),
+        "tried for {tried:?} under a budget of 1 s"
+    );
 }
 
 #[tokio::test]

@@ -69,6 +69,8 @@ fn the_password_never_appears_in_cli_output_or_logs() {
             vec![
                 "--uri",
                 "clickhouse://meltano:Kn0wn-Secret-pw-5e1f@127.0.0.1:1/default",
+                "-s",
+                "retry_budget_seconds=1",
                 "list",
             ],
             4,

@@ -129,6 +129,17 @@ pub fn release<T: Transport, H: Host>(
     }
 }
 
+/// Runs `f`, a write under `lock`, with no retry starting once a contender may see the lease
+/// ended: the retry budget never stretches a lock past its lease.
+pub fn within_lease<T: Transport, H: Host, R>(
+    exec: &Exec<T, H>,
+    lock: &LockHandle,
+    f: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    let margin = fenced::lease_margin_ms(exec.config.lock_lease_ms);
+    exec.retrying_until(lock.lease_until_ms.saturating_sub(margin), f)
+}
+
 /// Extends the lease from now. Fails with `lock-lost` when the lock is no longer this grant's.
 pub fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHandle) -> Result<()> {
     match lock.mode {

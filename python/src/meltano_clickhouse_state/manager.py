@@ -107,6 +107,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         lock_lease_seconds: float | None = None,
         lock_settle_seconds: float | None = None,
         lock_linger_seconds: float | None = None,
+        retry_budget_seconds: float | None = None,
         retries: int | None = None,
         retry_backoff_seconds: float | None = None,
         ca_bundle: str | None = None,
@@ -140,6 +141,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
             "lock_lease_seconds": lock_lease_seconds,
             "lock_settle_seconds": lock_settle_seconds,
             "lock_linger_seconds": lock_linger_seconds,
+            "retry_budget_seconds": retry_budget_seconds,
             "retries": retries,
             "retry_backoff_seconds": retry_backoff_seconds,
         }

@@ -107,15 +107,22 @@ LOCK_SETTLE_SECONDS = _setting(
     SettingKind.STRING,
     "Settle mode: how long a candidate waits before deciding (default 1, as the original)",
 )
+RETRY_BUDGET_SECONDS = _setting(
+    "retry_budget_seconds",
+    SettingKind.STRING,
+    "How long a call keeps trying again after transient failures (refused connections, resets, "
+    "502/503/504, ClickHouse's transient errors), never past a held lock's lease (default 60): "
+    "a ClickHouse restart or failover within it does not fail the run",
+)
 RETRIES = _setting(
     "retries",
     SettingKind.STRING,
-    "Further tries of a request that failed transiently, 0 to 20 (default 3)",
+    "At most this many retries of a request, 0 to 1000, within the budget (default: no limit)",
 )
 RETRY_BACKOFF_SECONDS = _setting(
     "retry_backoff_seconds",
     SettingKind.STRING,
-    "First pause before a retry, doubled each try up to 5 s (default 0.2)",
+    "First pause before a retry, doubled each try up to 2 s, with jitter (default 0.2)",
 )
 CA_BUNDLE = _setting(
     "ca_bundle",
