@@ -94,6 +94,7 @@ test: guest
     {{just_executable()}} test-clickhouse
     # The outage tests (tests/tests/outage.rs) spend minutes waiting for their own ClickHouse
     # to come back, with little CPU: their binary runs beside the other suites.
+    cargo test --workspace --no-run
     outage=$(cargo test --workspace --no-run --message-format=json 2>/dev/null \
         | {{python}} -c 'import json, sys; print(*[m["executable"] for m in map(json.loads, sys.stdin) if m.get("target", {}).get("name") == "outage" and m.get("executable")])')
     [[ -x "$outage" ]] || { echo "no outage test binary ($outage)" >&2; exit 1; }

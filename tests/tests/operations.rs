@@ -613,10 +613,10 @@ async fn closed_port_is_unreachable() {
         }
         other => panic!("expected unreachable, got {other:?}"),
     }
+    // The tries stop when the next pause would pass the budget: before it, never long after.
     let tried = started.elapsed();
     assert!(
-        tried >= std::time::Duration::from_millis(500)
-            && tried < std::time::Duration::from_secs(10),
+        tried < std::time::Duration::from_secs(10),
         "tried for {tried:?} under a budget of 1 s"
     );
 }
