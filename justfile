@@ -100,7 +100,7 @@ test: guest
     [[ -x "$outage" ]] || { echo "no outage test binary ($outage)" >&2; exit 1; }
     "$outage" --test-threads 3 > target/outage-tests.log 2>&1 &
     outage_pid=$!
-    trap 'kill "$outage_pid" 2>/dev/null; [[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
+    trap 'kill "$outage_pid" 2>/dev/null || true; [[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
     cargo test --workspace -- --skip outage::
     if ! wait "$outage_pid"; then cat target/outage-tests.log; echo "the outage tests failed" >&2; exit 1; fi
     grep -E "^test |operations in|test result" target/outage-tests.log
