@@ -69,6 +69,17 @@ def take_loaded_ids(out_dir) -> list[int]:
     return sorted(ids)
 
 
+def install_pipeline(project) -> tuple[Path, Path]:
+    """Writes the project's meltano.yml, installs the tap and the target, and returns the
+    tap's input directory and the target's output directory."""
+    (project.path / "meltano.yml").write_text(MELTANO_YML)
+    data, out = project.path / "data", project.path / "out"
+    data.mkdir()
+    out.mkdir()
+    project.meltano("install")
+    return data, out
+
+
 def stored_bookmarks(clickhouse, schema) -> dict:
     raw = clickhouse.query(
         f"SELECT completed_state FROM {schema}.state FINAL "
@@ -80,12 +91,7 @@ def stored_bookmarks(clickhouse, schema) -> dict:
 def test_meltano_run_resumes_from_the_bookmark_stored_through_the_component(
     project, clickhouse, schema
 ):
-    (project.path / "meltano.yml").write_text(MELTANO_YML)
-    data, out = project.path / "data", project.path / "out"
-    data.mkdir()
-    out.mkdir()
-    project.meltano("install")
-
+    data, out = install_pipeline(project)
     write_events(data / "a.csv", [1, 2, 3], datetime(2026, 11, 1, 10, tzinfo=timezone.utc))
     first = project.meltano("run", "tap-spreadsheets", "target-jsonl")
     assert "ClickHouseStateStoreManager" in first.stdout + first.stderr
@@ -176,11 +182,7 @@ def test_meltano_run_rides_through_a_clickhouse_restart(project, schema, tmp_pat
         "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK": "true",
     }
     try:
-        (project.path / "meltano.yml").write_text(MELTANO_YML)
-        data, out = project.path / "data", project.path / "out"
-        data.mkdir()
-        out.mkdir()
-        project.meltano("install")
+        data, out = install_pipeline(project)
         write_events(data / "a.csv", [1, 2, 3], datetime(2026, 11, 1, 10, tzinfo=timezone.utc))
 
         run = subprocess.Popen(

@@ -247,6 +247,16 @@ pub fn machine_summary() -> String {
 }
 
 /// Parses JSON text (for comparing states regardless of formatting).
+/// The next number of a seeded sequence (splitmix64): random enough for tests and benchmarks,
+/// and a seed replays a run.
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut x = *state;
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }

@@ -13,7 +13,7 @@ mod outage {
 
     use integration_tests::state_host::{Backend, Error, State};
     use integration_tests::tls::{Pki, TlsProxy};
-    use integration_tests::{LocalServer, Target, json, runtime};
+    use integration_tests::{LocalServer, Target, json, runtime, splitmix64 as draw};
 
     /// What the test expects of one state id: the keys its partial state holds, and its completed
     /// state's counter (`None`: no state).
@@ -21,14 +21,6 @@ mod outage {
     struct Expected {
         partial: BTreeMap<String, u64>,
         completed: Option<u64>,
-    }
-
-    fn draw(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut x = *seed;
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^ (x >> 31)
     }
 
     const IDS: usize = 8;

@@ -14,7 +14,7 @@ use integration_tests::state_host::{
     Backend, CpuShare, Error, InstanceOptions, Runtime, RuntimeOptions, State,
     default_component_path,
 };
-use integration_tests::{TestTable, runtime, runtime_options};
+use integration_tests::{TestTable, runtime, runtime_options, splitmix64};
 
 use crate::bookmark;
 use crate::stats::Samples;
@@ -291,11 +291,6 @@ struct Jitter(u64);
 
 impl Jitter {
     fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^= x >> 31;
-        (x >> 11) as f64 / (1u64 << 53) as f64
+        (splitmix64(&mut self.0) >> 11) as f64 / (1u64 << 53) as f64
     }
 }
