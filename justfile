@@ -9,6 +9,9 @@ clickhouse_port := env("LOCAL_CLICKHOUSE_PORT", "8123")
 # Every integration test and the demo read this; point it elsewhere (e.g. ClickHouse Cloud)
 # to run them there.
 export CLICKHOUSE_URL := env("CLICKHOUSE_URL", "http://default:@127.0.0.1:" + clickhouse_port)
+# The Python tests run through this: no package index, and no network beyond loopback (and
+# $CLICKHOUSE_URL's host) for their Python processes, checked (python/tests/offline/)
+offline := justfile_directory() + "/python/tests/offline/run"
 
 # List the recipes
 default:
@@ -79,7 +82,7 @@ demo: build
 
 # Conformance tests of the ClickHouse HTTP endpoint at $CLICKHOUSE_URL
 test-clickhouse: setup
-    cd tests/clickhouse && ../../{{python}} -m pytest -q
+    cd tests/clickhouse && {{offline}} ../../{{python}} -m pytest -q
 
 # Every test: starts the local ClickHouse if needed (and stops it again if it started it)
 test: guest
@@ -115,7 +118,7 @@ model:
 # Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`), with
 # the workspace's debug host and component
 test-meltano: guest python-package
-    {{python}} -m pytest -q python/tests
+    {{offline}} {{python}} -m pytest -q python/tests
 
 # The Meltano package into the dev venv, from a wheel of the debug host (reuses the test build)
 python-package: wheel-dev
@@ -141,22 +144,24 @@ sdist: guest
     rm -rf target/wheels/dev
     cd python && PATH="{{justfile_directory()}}/.venv/bin:$PATH" maturin sdist --out ../target/wheels/dev
 
-# The Meltano tests against the package as a user installs it: the wheel with Meltano from PyPI
-# into a fresh venv, no cargo on PATH, the host and component found the installed way
+# The Meltano tests against the package as a user installs it: the wheel with Meltano into a
+# fresh venv (from the wheels tests/bootstrap.sh fetched into .local/wheels, no index), no cargo
+# on PATH, the host and component found the installed way
 test-wheel: wheel-dev
     #!/usr/bin/env bash
     set -euo pipefail
     venv=target/wheel-venv
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        target/wheels/dev/meltano_state_backend_clickhouse_wasm-*.whl meltano==4.4.1 pytest==9.2.0
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index \
+        --find-links .local/wheels target/wheels/dev/meltano_state_backend_clickhouse_wasm-*.whl \
+        -r python/tests/requirements.txt
     path="$PWD/$venv/bin:/usr/local/bin:/usr/bin:/bin"
     if env PATH="$path" bash -c 'command -v cargo' >/dev/null; then
         echo "cargo is on the test PATH ($path)" >&2; exit 1
     fi
     # the user's environment (proxies, certificates), without cargo and the workspace's builds
-    env -u STATE_BACKEND_BIN -u STATE_BACKEND_COMPONENT -u VIRTUAL_ENV PATH="$path" \
+    {{offline}} env -u STATE_BACKEND_BIN -u STATE_BACKEND_COMPONENT -u VIRTUAL_ENV PATH="$path" \
         STATE_BACKEND_TEST_INSTALLED=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
 
 # A platform wheel of the Meltano backend into target/wheels: the release host (linked against

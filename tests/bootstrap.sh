@@ -8,22 +8,41 @@
 # Idempotent and quick when everything is already there: the Python venv (.venv, with chDB and
 # the compression libraries of the local ClickHouse, pytest, clickhouse-connect, Meltano, `just`,
 # maturin) is rebuilt only when requirements.txt changes (this project's Meltano package is
-# installed from its wheel by the recipes that need it), and
-# the wasm32-wasip2 Rust target is added only when missing.
+# installed from its wheel by the recipes that need it); the wheels of the Meltano tests' own
+# venv (python/tests/requirements.txt: Meltano, pytest, their dependencies) are fetched into
+# .local/wheels only when that file or the Python changes, so that `just test` installs them
+# with no package index; and the wasm32-wasip2 Rust target is added only when missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 venv=.venv
 req=tests/clickhouse/requirements.txt
+test_req=python/tests/requirements.txt  # included by $req
 stamp="$venv/.requirements.sha256"
-want="$(sha256sum < "$req" | cut -d' ' -f1)"
+want="$(cat "$req" "$test_req" | sha256sum | cut -d' ' -f1)"
 
 if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "bootstrap: creating Python venv in $venv (chDB, pytest, clickhouse-connect, Meltano, just)" >&2
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
   echo "$want" > "$stamp"
+fi
+
+# The wheels `just test-wheel` installs its fresh venv from (`--no-index --find-links`): built
+# or downloaded by the venv's pip (the same Python as that venv's) once per version of the pins
+# and of the Python. `pip wheel` rather than `pip download`, so that a dependency published
+# only as an sdist is built here, not at test time (its build needs the index too).
+wheels=.local/wheels
+wheels_stamp="$wheels/.requirements.sha256"
+wheels_want="$({ cat "$test_req"; "$venv/bin/python" -VV; } | sha256sum | cut -d' ' -f1)"
+if [[ "$(cat "$wheels_stamp" 2>/dev/null)" != "$wheels_want" ]]; then
+  echo "bootstrap: fetching the Meltano tests' wheels into $wheels (Meltano, pytest)" >&2
+  rm -rf "$wheels"
+  mkdir -p "$wheels"
+  "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$wheels" \
+    -r "$test_req"
+  echo "$wheels_want" > "$wheels_stamp"
 fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then

@@ -775,6 +775,57 @@ mod tests {
         Statements::new(&config)
     }
 
+    /// Every read that decides something is sent as deciding, so that a cluster or Cloud gives it
+    /// the settings that make it see every acknowledged write (one server ignores them, so no
+    /// integration test here would notice one missing); every write is sent as what it is.
+    #[test]
+    fn each_statement_is_sent_in_its_consistency_role() {
+        let s = statements();
+        let row = StateRow {
+            state_id: "a",
+            partial: "{}",
+            completed: "{}",
+            version_ms: 1,
+        };
+        let guard = Guard {
+            state_id: "a".into(),
+            generation: 2,
+            owner: "me".into(),
+            confirmed: false,
+            previous_until: 1,
+            expected_version: 0,
+        };
+        let deciding = [
+            ("get", s.get("a").query),
+            ("version_of", s.version_of("a")),
+            ("versions", s.versions().query),
+            ("guard_holds", s.guard_holds(&guard)),
+            ("log_state", s.log_state("a").query),
+            ("log_outlook", s.log_outlook("a").query),
+            ("log_claims", s.log_claims("a", 2, false).query),
+            ("log_claims with state", s.log_claims("a", 2, true).query),
+            ("lock_candidates", s.lock_candidates("a", 0).query),
+        ];
+        for (name, query) in deciding {
+            assert_eq!(query.role, Role::Deciding, "{name}");
+        }
+        let guarded = [
+            ("write_guarded", s.write_guarded(row, &guard, "t")),
+            ("set_above_stored", s.set_above_stored(row, "t")),
+        ];
+        for (name, query) in guarded {
+            assert_eq!(query.role, Role::GuardedInsert, "{name}");
+        }
+        let inserts = [
+            ("insert_states", s.insert_states(b"{}".to_vec(), "t")),
+            ("log_insert", s.log_insert(b"{}".to_vec(), "t")),
+            ("lock_insert", s.lock_insert(b"{}".to_vec(), "t")),
+        ];
+        for (name, query) in inserts {
+            assert_eq!(query.role, Role::Insert, "{name}");
+        }
+    }
+
     #[test]
     fn identifiers_are_quoted() {
         assert_eq!(quote_identifier("state"), "`state`");

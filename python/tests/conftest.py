@@ -10,6 +10,7 @@ import base64
 import os
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import uuid
 from dataclasses import dataclass
@@ -21,6 +22,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_URL = "http://default:@127.0.0.1:8123"
 MELTANO = Path(sys.executable).with_name("meltano")
+
+#: Every host the tests start (by the bridge, by Meltano, by hand) inherits this variable, which
+#: arms the host's tripwire in any build: it refuses to connect anywhere off this machine,
+#: whatever its policy says, and appends each attempt to this file. The `tripwire` fixture fails
+#: any test during which it was hit.
+TRIPWIRE = Path(tempfile.gettempdir()) / f"state-backend-tripwire-{os.getpid()}"
+os.environ["STATE_BACKEND_TRIPWIRE"] = str(TRIPWIRE)
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,41 @@ def clickhouse() -> ClickHouse:
     return ClickHouse.from_env()
 
 
+if not ClickHouse.from_env().loopback:
+    # A ClickHouse elsewhere, given by URL: the one host the tripwire lets through.
+    os.environ["STATE_BACKEND_TRIPWIRE_ALLOW"] = ClickHouse.from_env().host
+
+
+class Tripwire:
+    """What tripped the hosts' tripwire during one test."""
+
+    def __init__(self) -> None:
+        self._start = self._size()
+        self.expected = False
+
+    @staticmethod
+    def _size() -> int:
+        return TRIPWIRE.stat().st_size if TRIPWIRE.exists() else 0
+
+    def trips(self) -> str:
+        if not TRIPWIRE.exists():
+            return ""
+        with TRIPWIRE.open("rb") as log:
+            log.seek(self._start)
+            return log.read().decode()
+
+
+@pytest.fixture(autouse=True)
+def tripwire():
+    """Fails the test if a host tried to leave this machine during it (unless the test says it
+    meant to, by setting ``expected``)."""
+    wire = Tripwire()
+    yield wire
+    trips = wire.trips()
+    if trips and not wire.expected:
+        pytest.fail(f"the tripwire was hit:\n{trips}")
+
+
 #: Set (to 1) to test the package as installed from its wheel: its own host executable and
 #: component, found as a user's would be, instead of the workspace's debug build.
 INSTALLED = os.environ.get("STATE_BACKEND_TEST_INSTALLED") == "1"
@@ -112,6 +155,8 @@ def backend_env(clickhouse: ClickHouse, host_bin: Path, schema: str, monkeypatch
         else "false",
         "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
         "MELTANO_DISABLE_TRACKING": "true",
+        # Meltano asks PyPI for its newest version otherwise.
+        "MELTANO_CLI_DISABLE_VERSION_CHECK": "true",
     }
     if not INSTALLED:
         # the workspace's builds, never a copy left in the source tree by `just wheel`

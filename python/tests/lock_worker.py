@@ -3,8 +3,9 @@
 Reads the manager's keyword arguments as one JSON line on stdin (so no password is on a
 command line), loads the manager through Meltano's entry point, then:
 
-- ``increment ID N``: N times, under the lock of ID, reads a counter, adds one and writes it
-  back; prints each critical section's (start, end) times as JSON at the end.
+- ``increment ID N``: prints ``ready`` once its host answers and waits for a ``go`` line (so that
+  several workers start together), then N times, under the lock of ID, reads a counter, adds
+  one and writes it back; prints each critical section's (start, end) times as JSON at the end.
 - ``hold ID``: takes the lock of ID, prints ``held``, and keeps it until stdin closes.
 """
 
@@ -22,6 +23,9 @@ def main() -> None:
     manager = StateBackend.get_manager_factory(scheme="clickhouse")(**kwargs)
     mode, state_id = sys.argv[1], sys.argv[2]
     if mode == "increment":
+        manager.get(state_id)  # the host is up before the start
+        print("ready", flush=True)
+        sys.stdin.readline()
         sections = []
         for _ in range(int(sys.argv[3])):
             with manager.acquire_lock(state_id, retry_seconds=1):

@@ -5,6 +5,7 @@ Meltano's own final `update` and `clear` are what run here; only get/set/delete/
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -149,6 +150,12 @@ def test_locks_exclude_each_other_across_two_meltano_processes(manager_kwargs, m
     rounds = 12
     kwargs = {**manager_kwargs, "lock_timeout_seconds": 60, "lock_retry_seconds": 0.05}
     workers = [_worker(kwargs, "increment", sid, str(rounds)) for _ in range(2)]
+    # Both loaded before either starts: they contend, rather than run one after the other.
+    for worker in workers:
+        assert any(line.strip() == "ready" for line in worker.stdout), "a worker did not start"
+    for worker in workers:
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
     sections = []
     for worker in workers:
         out, _ = worker.communicate(timeout=300)
@@ -159,8 +166,15 @@ def test_locks_exclude_each_other_across_two_meltano_processes(manager_kwargs, m
     lost = 2 * rounds - final
     # Overlapping critical sections across the two processes.
     overlaps = sum(1 for a0, a1 in sections[0] for b0, b1 in sections[1] if a0 < b1 and b0 < a1)
-    print(f"lock across processes: {2 * rounds} sections, {lost} lost, {overlaps} overlapping")
+    # They did contend: the lock passed between the processes while both had sections to run.
+    order = sorted((start, who) for who, spans in enumerate(sections) for start, _ in spans)
+    handoffs = sum(1 for (_, a), (_, b) in itertools.pairwise(order) if a != b)
+    print(
+        f"lock across processes: {2 * rounds} sections, {lost} lost, {overlaps} overlapping, "
+        f"{handoffs} hand-offs between the processes"
+    )
     assert (lost, overlaps) == (0, 0)
+    assert handoffs >= 2, f"the processes ran one after the other: {order}"
 
 
 def test_the_lock_timeout_gives_meltano_a_locked_error_naming_the_holder(manager_kwargs):
@@ -377,15 +391,29 @@ def test_a_refused_loopback_address_names_the_setting_that_allows_it(clickhouse,
     assert "state_backend.clickhouse.allow_loopback" in str(refused.value)
 
 
-def test_refuse_private_refuses_a_private_clickhouse_before_connecting(manager_kwargs):
-    """The address is a literal in 10/8: the host refuses it before any packet leaves."""
-    uri = "clickhouse://default:@10.255.255.1:8123/default"
+def test_refuse_private_refuses_a_private_clickhouse_before_connecting(manager_kwargs, tripwire):
+    """The address is a literal in 10/8: the host refuses it before any packet leaves (the
+    tripwire under the policy, which would stop a connection, was not reached)."""
+    uri = "clickhouse://default:throwaway-pw-0000@10.255.255.1:8123/default"
     manager = make(**{**manager_kwargs, "uri": uri, "refuse_private": True})
     with pytest.raises(BackendError) as refused:
         manager.get("x")
     assert refused.value.kind == "unreachable"
     assert "its address is refused" in str(refused.value)
     assert "refuse_private" in str(refused.value)
+    assert tripwire.trips() == ""
+
+
+def test_with_refuse_private_off_a_private_clickhouse_trips_the_wire(manager_kwargs, tripwire):
+    """Meltano reaches private networks by default: the same literal then gets past the policy,
+    and the tripwire stops it before a connection (the refusal test above relies on it)."""
+    uri = "clickhouse://default:throwaway-pw-0000@10.255.255.1:8123/default"
+    manager = make(**{**manager_kwargs, "uri": uri, "retry_budget_seconds": 0})
+    tripwire.expected = True
+    with pytest.raises(BackendError) as tripped:
+        manager.get("x")
+    assert "tripwire: refused to leave this machine" in str(tripped.value)
+    assert "10.255.255.1" in tripwire.trips()
 
 
 def test_equal_configurations_share_one_host(manager_kwargs):

@@ -13,6 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from original_backend import OriginalStateStoreManager
+
 WORKER = Path(__file__).with_name("lock_worker.py")
 
 
@@ -87,7 +91,9 @@ def test_state_commands_go_through_the_component(project, clickhouse, schema):
     assert stored(clickhouse, schema) == exported
 
 
-def test_a_held_lock_makes_meltano_state_set_fail_clearly(project, manager_kwargs):
+def test_a_held_lock_makes_meltano_state_set_fail_clearly(
+    project, manager_kwargs, clickhouse, schema
+):
     sid = "dev:tap-held-to-target"
     holder = subprocess.Popen(
         [sys.executable, str(WORKER), "hold", sid],
@@ -105,6 +111,7 @@ def test_a_held_lock_makes_meltano_state_set_fail_clearly(project, manager_kwarg
         )
         assert refused.returncode != 0
         assert "locked" in (refused.stdout + refused.stderr).lower()
+        assert sid not in stored(clickhouse, schema), "the refused set wrote"
     finally:
         holder.stdin.close()
         assert holder.wait(timeout=60) == 0
@@ -112,7 +119,7 @@ def test_a_held_lock_makes_meltano_state_set_fail_clearly(project, manager_kwarg
     assert last_json(project.meltano("state", "get", sid).stdout) == {"singer_state": {"after": 1}}
 
 
-def test_a_bad_setting_is_a_meltano_error_naming_it(project, schema, clickhouse):
+def test_a_bad_setting_is_a_meltano_error_naming_it(project):
     for variable, says in [
         ("LOCK_MODE", "'lock_mode' must be 'fenced' or 'settle', not 'sometimes'"),
         ("PORT", "invalid port 'sometimes'"),
@@ -127,13 +134,41 @@ def test_a_bad_setting_is_a_meltano_error_naming_it(project, schema, clickhouse)
         assert env in said
         # Meltano's own error output, not a traceback.
         assert "Traceback" not in said, said
-    # A good value is used: settle mode takes its lock in the original's lock table.
-    project.env["MELTANO_STATE_BACKEND_CLICKHOUSE_LOCK_MODE"] = "settle"
-    project.meltano("state", "merge", "dev:settle", '{"singer_state": {"a": 1}}')
-    tables = clickhouse.query(
-        "SELECT name FROM system.tables WHERE database = {db:String} FORMAT TSVRaw", db=schema
-    ).split()
-    assert "state_lock" in tables
+
+
+def merge_waits_for_the_originals_lock(project, clickhouse, schema, mode: str) -> None:
+    """Meltano merges a state in `mode` while the original backend holds the id's lock by its
+    own protocol (a candidate in ``<table>_lock``): the merge must give up as locked, and go
+    through once the original lets go."""
+    sid = "dev:settle"
+    project.env["MELTANO_STATE_BACKEND_CLICKHOUSE_LOCK_MODE"] = mode
+    project.meltano("state", "set", "--force", sid, '{"singer_state": {"a": 1}}')
+    original = OriginalStateStoreManager(clickhouse, schema)
+    with original.acquire_lock(sid, retry_seconds=0.1):
+        refused = project.meltano(
+            "state",
+            "merge",
+            sid,
+            '{"singer_state": {"b": 2}}',
+            check=False,
+            env={"MELTANO_STATE_BACKEND_LOCK_TIMEOUT_SECONDS": "2"},
+        )
+        said = refused.stdout + refused.stderr
+        assert refused.returncode != 0, f"merged while the original held the lock:\n{said}"
+        assert "locked" in said.lower(), said
+    project.meltano("state", "merge", sid, '{"singer_state": {"b": 2}}')
+    assert stored(clickhouse, schema)[sid]["partial"] == {"singer_state": {"b": 2}}
+
+
+def test_settle_mode_waits_for_a_lock_the_original_backend_holds(project, clickhouse, schema):
+    merge_waits_for_the_originals_lock(project, clickhouse, schema, "settle")
+
+
+def test_the_settle_check_fails_in_fenced_mode(project, clickhouse, schema):
+    """Fenced mode does not see the original's lock: the check above fails, so it shows that
+    settle mode was used."""
+    with pytest.raises(AssertionError, match="merged while the original held the lock"):
+        merge_waits_for_the_originals_lock(project, clickhouse, schema, "fenced")
 
 
 def test_the_host_logs_at_meltanos_log_level(project):

@@ -1,9 +1,13 @@
-"""A real pipeline: `meltano run tap-spreadsheets target-jsonl` (both from PyPI), incremental.
+"""A real pipeline: `meltano run tap-files target-lines`, incremental, with no package index.
 
-tap-spreadsheets (a Singer SDK tap) bookmarks each file by its modification time and skips files
-it has seen. The first
-run reads one file; its STATE messages reach ClickHouse through the component. The second run
-gets that bookmark back through the component, skips the old file and reads only the new one.
+The tap and the target ship in the repository (`plugins/`, standard library only) as Meltano
+custom plugins: a namespace and an executable, no `pip_url`, so nothing is installed and
+`meltano run --no-install` fails rather than install if one ever needs it. tap-files bookmarks
+each CSV file by its modification time and skips the files at or before the bookmark;
+target-lines writes the records as JSON lines and passes each STATE on once its records are
+written. The first run reads one file; its STATE messages reach ClickHouse through the
+component. The second run gets that bookmark back through the component, skips the old file
+and reads only the new one.
 """
 
 from __future__ import annotations
@@ -23,34 +27,37 @@ import pytest
 
 from conftest import MELTANO, ROOT
 
-STATE_ID = "dev:tap-spreadsheets-to-target-jsonl"
+#: The repository's tap and target (executables; Meltano runs them directly).
+PLUGINS = Path(__file__).resolve().with_name("plugins")
+TAP, TARGET = PLUGINS / "tap_files.py", PLUGINS / "target_lines.py"
+STATE_ID = "dev:tap-files-to-target-lines"
+#: `--no-install`: a plugin that needs installing fails the run instead of reaching an index.
+RUN = ("run", "--no-install", "tap-files", "target-lines")
 
-MELTANO_YML = """\
+MELTANO_YML = f"""\
 default_environment: dev
 project_id: meltano-clickhouse-state-tests
+send_anonymous_usage_stats: false
+cli:
+  disable_version_check: true
 environments:
 - name: dev
 plugins:
   extractors:
-  - name: tap-spreadsheets
-    namespace: tap_spreadsheets
-    pip_url: tap-spreadsheets==1.1.2
-    executable: tap-spreadsheets
-    capabilities: [catalog, discover, state, about]
+  - name: tap-files
+    namespace: tap_files
+    executable: {json.dumps(str(TAP))}
+    capabilities: [catalog, discover, state]
     config:
-      files:
-      - path: data/*.csv
-        format: csv
-        table_name: events
-        primary_keys: [id]
+      directory: $MELTANO_PROJECT_ROOT/data
+      stream: events
+      key_properties: [id]
   loaders:
-  - name: target-jsonl
-    namespace: target_jsonl
-    pip_url: target-jsonl==0.1.4
-    executable: target-jsonl
+  - name: target-lines
+    namespace: target_lines
+    executable: {json.dumps(str(TARGET))}
     config:
-      destination_path: out
-      do_timestamp_file: false
+      destination: $MELTANO_PROJECT_ROOT/out
 """
 
 
@@ -61,7 +68,7 @@ def write_events(path, ids, modified: datetime) -> None:
 
 
 def take_loaded_ids(out_dir) -> list[int]:
-    """Ids of the records that target-jsonl wrote; removes its files for the next run."""
+    """Ids of the records that target-lines wrote; removes its files for the next run."""
     ids = []
     for path in out_dir.glob("*.jsonl"):
         ids += [int(json.loads(line)["id"]) for line in path.read_text().splitlines()]
@@ -69,14 +76,15 @@ def take_loaded_ids(out_dir) -> list[int]:
     return sorted(ids)
 
 
-def install_pipeline(project) -> tuple[Path, Path]:
-    """Writes the project's meltano.yml, installs the tap and the target, and returns the
-    tap's input directory and the target's output directory."""
+def set_up_pipeline(project) -> tuple[Path, Path]:
+    """Writes the project's meltano.yml (the repository's tap and target, nothing to install)
+    and returns the tap's input directory and the target's output directory."""
+    for plugin in (TAP, TARGET):
+        assert os.access(plugin, os.X_OK), f"{plugin} is not executable (chmod +x, in git too)"
     (project.path / "meltano.yml").write_text(MELTANO_YML)
     data, out = project.path / "data", project.path / "out"
     data.mkdir()
     out.mkdir()
-    project.meltano("install")
     return data, out
 
 
@@ -91,17 +99,22 @@ def stored_bookmarks(clickhouse, schema) -> dict:
 def test_meltano_run_resumes_from_the_bookmark_stored_through_the_component(
     project, clickhouse, schema
 ):
-    data, out = install_pipeline(project)
+    data, out = set_up_pipeline(project)
     write_events(data / "a.csv", [1, 2, 3], datetime(2026, 11, 1, 10, tzinfo=timezone.utc))
-    first = project.meltano("run", "tap-spreadsheets", "target-jsonl")
-    assert "ClickHouseStateStoreManager" in first.stdout + first.stderr
+    first = project.meltano(*RUN)
+    log = first.stdout + first.stderr
+    assert "ClickHouseStateStoreManager" in log
+    assert "Skipping" not in log, "no bookmark yet: the tap read every file"
     assert take_loaded_ids(out) == [1, 2, 3]
     bookmark = stored_bookmarks(clickhouse, schema)
-    assert bookmark["replication_key_value"] == "2026-11-01T10:00:00+00:00"
+    assert bookmark == {
+        "replication_key": "_modified",
+        "replication_key_value": "2026-11-01T10:00:00+00:00",
+    }
 
     # A new file arrives; the old one is unchanged.
     write_events(data / "b.csv", [4, 5], datetime(2026, 11, 2, 10, tzinfo=timezone.utc))
-    second = project.meltano("run", "tap-spreadsheets", "target-jsonl")
+    second = project.meltano(*RUN)
     log = second.stdout + second.stderr
     assert re.search(r"Skipping \S*a\.csv", log), "the tap skipped the bookmarked file"
     assert take_loaded_ids(out) == [4, 5], "the second run resumed from the bookmark"
@@ -182,11 +195,11 @@ def test_meltano_run_rides_through_a_clickhouse_restart(project, schema, tmp_pat
         "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK": "true",
     }
     try:
-        data, out = install_pipeline(project)
+        data, out = set_up_pipeline(project)
         write_events(data / "a.csv", [1, 2, 3], datetime(2026, 11, 1, 10, tzinfo=timezone.utc))
 
         run = subprocess.Popen(
-            [str(MELTANO), "run", "tap-spreadsheets", "target-jsonl"],
+            [str(MELTANO), *RUN],
             cwd=project.path,
             env={**project.env, **env},
             stdout=subprocess.PIPE,
@@ -231,7 +244,7 @@ def test_meltano_run_rides_through_a_clickhouse_restart(project, schema, tmp_pat
 
         # The next run reads that bookmark back and goes on from it.
         write_events(data / "b.csv", [4, 5], datetime(2026, 11, 2, 10, tzinfo=timezone.utc))
-        second = project.meltano("run", "tap-spreadsheets", "target-jsonl", env=env)
+        second = project.meltano(*RUN, env=env)
         assert re.search(r"Skipping \S*a\.csv", second.stdout + second.stderr)
         assert take_loaded_ids(out) == [4, 5]
     finally:

@@ -130,6 +130,52 @@ pub fn runtime_options() -> RuntimeOptions {
     }
 }
 
+/// Fails the test if anything in this process tried to leave the machine (the host's tripwire,
+/// armed in every test build): a refusal test shows both that the policy refused and that
+/// nothing got as far as a connection.
+pub fn assert_no_trips() {
+    let trips = state_host::http::tripwire::trips();
+    assert!(trips.is_empty(), "the tripwire was hit: {trips:#?}");
+}
+
+/// A tripwire file for a CLI run (`STATE_BACKEND_TRIPWIRE`): it arms the tripwire of any build,
+/// and records each trip.
+pub struct TripwireLog {
+    pub path: std::path::PathBuf,
+}
+
+impl TripwireLog {
+    pub fn new(label: &str) -> TripwireLog {
+        let path = std::env::temp_dir().join(format!(
+            "tripwire-{label}-{}-{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        ));
+        TripwireLog { path }
+    }
+
+    /// Arms the tripwire of `command`'s host.
+    pub fn arm<'a>(&self, command: &'a mut std::process::Command) -> &'a mut std::process::Command {
+        command.env(state_host::http::tripwire::TRIPWIRE_ENV, &self.path)
+    }
+
+    /// What tripped it so far.
+    pub fn trips(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap_or_default()
+    }
+
+    pub fn assert_untouched(&self) {
+        let trips = self.trips();
+        assert!(trips.is_empty(), "the tripwire was hit:\n{trips}");
+    }
+}
+
+impl Drop for TripwireLog {
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.path).ok();
+    }
+}
+
 /// The component, compiled once per test binary.
 pub fn runtime() -> &'static Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();

@@ -664,10 +664,13 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
 }
 
 /// `--refuse-private` refuses a ClickHouse on a private network; the address is a literal in
-/// 10/8, refused after "resolution" and before any connection is tried.
+/// 10/8, refused after "resolution" and before any connection is tried: the tripwire under the
+/// policy, which would have stopped the connection, was not reached.
 #[test]
 fn refuse_private_refuses_a_private_address_before_connecting() {
-    let output = Command::new(binary())
+    let tripwire = integration_tests::TripwireLog::new("refuse_private");
+    let output = tripwire
+        .arm(&mut Command::new(binary()))
         .env_remove("MELTANO_STATE_BACKEND_URI")
         .args(["--refuse-private", "--uri"])
         .arg("clickhouse://default:@10.255.255.1:8123/default")
@@ -678,6 +681,7 @@ fn refuse_private_refuses_a_private_address_before_connecting() {
     assert_eq!(output.status.code(), Some(4), "{stderr}");
     assert!(stderr.contains("its address is refused"), "{stderr}");
     assert!(stderr.contains("--refuse-private"), "{stderr}");
+    tripwire.assert_untouched();
 }
 
 #[test]

@@ -300,6 +300,7 @@ async fn only_the_allowed_authority_is_reachable() {
         let result = seen["result"].as_str().unwrap();
         assert!(result.contains("HttpRequestDenied"), "{url}: {result}");
     }
+    integration_tests::assert_no_trips();
 }
 
 #[tokio::test]
@@ -339,6 +340,7 @@ async fn metadata_and_loopback_addresses_are_refused_even_when_their_authority_i
             .contains("DestinationIpProhibited"),
         "{seen}"
     );
+    integration_tests::assert_no_trips();
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@ use integration_tests::state_host::http::policy::{AddressAllowance, Authority, E
 use integration_tests::state_host::{
     Error, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
 };
-use integration_tests::{Target, TestTable, runtime};
+use integration_tests::{Target, TestTable, assert_no_trips, runtime};
 
 fn strict_runtime() -> Runtime {
     Runtime::load(&default_component_path(), RuntimeOptions::default()).expect("loads")
@@ -36,6 +36,7 @@ async fn loopback_is_refused_unless_allowed() {
         message.contains(&format!("{}:{}", target.host, target.port)),
         "{message}"
     );
+    assert_no_trips();
     // the same configuration works once the runtime allows loopback
     let table = TestTable::new("loopback_ok");
     let mut b = runtime()
@@ -59,11 +60,13 @@ async fn metadata_addresses_are_refused_even_where_loopback_is_allowed() {
             "{host}: {message}"
         );
     }
+    assert_no_trips();
 }
 
 /// A runner's policy (loopback allowed here for the local ClickHouse, nothing else) refuses
 /// private networks and every metadata endpoint end to end: the addresses are literals, refused
-/// after resolution and before a connection is tried.
+/// after resolution and before a connection is tried (the tripwire under the policy, which
+/// would stop a connection had the policy let one through, was not reached).
 #[tokio::test]
 async fn private_networks_and_every_metadata_endpoint_are_refused_for_tenants() {
     for host in [
@@ -86,6 +89,7 @@ async fn private_networks_and_every_metadata_endpoint_are_refused_for_tenants() 
             "{host}: {message}"
         );
     }
+    assert_no_trips();
 }
 
 #[tokio::test]
@@ -95,6 +99,7 @@ async fn unspecified_and_mapped_loopback_forms_are_loopback() {
         let message = denial(&strict_runtime(), &uri, InstanceOptions::default()).await;
         assert!(message.contains("loopback"), "{host}: {message}");
     }
+    assert_no_trips();
 }
 
 #[tokio::test]
@@ -130,6 +135,7 @@ async fn a_tenant_cannot_reach_another_tenants_clickhouse() {
         tenant_a.state_ids(None).await,
         Err(Error::Unreachable(_))
     ));
+    assert_no_trips();
 }
 
 #[tokio::test]

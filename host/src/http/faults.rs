@@ -1,8 +1,8 @@
 //! Fault injection, for tests only (the `faults` feature): [`Faulty`] wraps an instance's
 //! sender and, where its [`FaultPlan`] says so, refuses the connection, resets it before or in
 //! the middle of a response, answers with a ClickHouse error with a real body or a 200 carrying a
-//! mid-stream exception, answers after the timeout, or answers late. A [`FaultSchedule`] decides from a seed,
-//! so a failing run can be replayed.
+//! mid-stream exception, answers after the timeout, answers late, or acknowledges a request it
+//! never sent. A [`FaultSchedule`] decides from a seed, so a failing run can be replayed.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +70,10 @@ pub enum Fault {
     /// The answer comes this much later than the server sent it, over the connection it came
     /// on (a slow server, not a broken one). Never drawn by a [`FaultSchedule`].
     Late(std::time::Duration),
+    /// The request never leaves, and a 200 says one row was written: a server that loses an
+    /// insert it acknowledged, for tests that must be able to see a loss. Never drawn by a
+    /// [`FaultSchedule`].
+    Swallowed,
 }
 
 const SERVER_FAULTS: [(i32, &str, u16); 5] = [
@@ -160,6 +164,18 @@ async fn apply(
         Fault::Slow => {
             complete(sender.send(request, options, addresses).await?).await?;
             Err(HttpError::ConnectionReadTimeout)
+        }
+        Fault::Swallowed => {
+            drop((sender, request, options, addresses));
+            let response = http::Response::builder()
+                .status(http::StatusCode::OK)
+                .header(
+                    "x-clickhouse-summary",
+                    r#"{"read_rows":"1","written_rows":"1","written_bytes":"100"}"#,
+                )
+                .body(full(Bytes::new()))
+                .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;
+            Ok(answer(response))
         }
         Fault::Late(delay) => {
             let sent = sender.send(request, options, addresses).await?;

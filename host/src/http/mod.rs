@@ -1,7 +1,8 @@
 //! The guest's outgoing HTTP: the policy of what it may reach (`policy`), the wasi:http hook
 //! that applies it (`hook`), the sender with its keep-alive pool and TLS (`sender`, `pool`,
-//! `tls`), and, for tests only, fault injection as a decorator around the sender (`faults`,
-//! behind the `faults` feature: the production hook does not know faults exist).
+//! `tls`), the tripwire that keeps test builds on this machine (`tripwire`), and, for tests
+//! only, fault injection as a decorator around the sender (`faults`, behind the `faults`
+//! feature: the production hook does not know faults exist).
 
 use std::pin::Pin;
 
@@ -12,6 +13,7 @@ pub mod policy;
 pub mod pool;
 pub mod sender;
 pub mod tls;
+pub mod tripwire;
 
 #[cfg(feature = "faults")]
 pub mod faults;

@@ -24,6 +24,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
 use super::policy::AddressAllowance;
 use super::pool::{Connection, Destination, Pool, PoolLimits};
+use super::tripwire;
 
 /// A response and the future that reports the connection's own failures.
 pub type Sent = (
@@ -236,13 +237,15 @@ fn timed(
 }
 
 /// Resolves `host`, drops the addresses the policy refuses, and connects to the first that
-/// answers. Connecting to the checked address itself (not the name again) leaves no room for a
-/// DNS answer that changes between the check and the connection.
+/// answers; the tripwire, when armed, stands between the policy and the network. Connecting to
+/// the checked address itself (not the name again) leaves no room for a DNS answer that
+/// changes between the check and the connection.
 async fn connect(
     host: &str,
     port: u16,
     addresses: AddressAllowance,
 ) -> Result<TcpStream, HttpError> {
+    tripwire::check_name(host)?;
     let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await
         .map_err(|e| HttpError::DnsError {
@@ -257,6 +260,7 @@ async fn connect(
             refused.push(format!("{} ({class})", addr.ip()));
             continue;
         }
+        tripwire::check_address(host, addr.ip())?;
         match TcpStream::connect(addr).await {
             Ok(stream) => return Ok(stream),
             Err(e) => last_error = Some(e),
