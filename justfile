@@ -101,7 +101,7 @@ test: guest
     outage=$(cargo test --workspace --no-run --message-format=json 2>/dev/null \
         | {{python}} -c 'import json, sys; print(*[m["executable"] for m in map(json.loads, sys.stdin) if m.get("target", {}).get("name") == "outage" and m.get("executable")])')
     [[ -x "$outage" ]] || { echo "no outage test binary ($outage)" >&2; exit 1; }
-    "$outage" --test-threads 3 > target/outage-tests.log 2>&1 &
+    "$outage" --test-threads 3 --nocapture > target/outage-tests.log 2>&1 &
     outage_pid=$!
     trap 'kill "$outage_pid" 2>/dev/null || true; [[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
     cargo test --workspace -- --skip outage::

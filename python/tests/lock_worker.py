@@ -5,7 +5,8 @@ command line), loads the manager through Meltano's entry point, then:
 
 - ``increment ID N``: prints ``ready`` once its host answers and waits for a ``go`` line (so that
   several workers start together), then N times, under the lock of ID, reads a counter, adds
-  one and writes it back; prints each critical section's (start, end) times as JSON at the end.
+  one and writes it back; prints when it began and each critical section's (start, end) times
+  as JSON at the end.
 - ``hold ID``: takes the lock of ID, prints ``held``, and keeps it until stdin closes.
 """
 
@@ -26,6 +27,7 @@ def main() -> None:
         manager.get(state_id)  # the host is up before the start
         print("ready", flush=True)
         sys.stdin.readline()
+        began = time.time()
         sections = []
         for _ in range(int(sys.argv[3])):
             with manager.acquire_lock(state_id, retry_seconds=1):
@@ -34,7 +36,7 @@ def main() -> None:
                 count = stored.completed_state.get("count", 0) if stored else 0
                 manager.set(MeltanoState(state_id, {}, {"count": count + 1}))
                 sections.append((start, time.time()))
-        print(json.dumps(sections), flush=True)
+        print(json.dumps({"began": began, "sections": sections}), flush=True)
     elif mode == "hold":
         with manager.acquire_lock(state_id, retry_seconds=1):
             print("held", flush=True)

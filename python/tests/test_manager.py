@@ -156,17 +156,20 @@ def test_locks_exclude_each_other_across_two_meltano_processes(manager_kwargs, m
     for worker in workers:
         worker.stdin.write("go\n")
         worker.stdin.flush()
-    sections = []
+    began, sections = [], []
     for worker in workers:
         out, _ = worker.communicate(timeout=300)
         assert worker.returncode == 0
-        sections.append(json.loads(out.strip().splitlines()[-1]))
+        run = json.loads(out.strip().splitlines()[-1])
+        began.append(run["began"])
+        sections.append(run["sections"])
     # Lost increments: every read-modify-write happened under the lock, so none is lost.
     final = manager.get(sid).completed_state["count"]
     lost = 2 * rounds - final
     # Overlapping critical sections across the two processes.
     overlaps = sum(1 for a0, a1 in sections[0] for b0, b1 in sections[1] if a0 < b1 and b0 < a1)
-    # They did contend: the lock passed between the processes while both had sections to run.
+    # They did contend: each was asking for the lock before the other's last section ended.
+    # (Who gets it when is not fair: the holder often takes it again at once; see the count.)
     order = sorted((start, who) for who, spans in enumerate(sections) for start, _ in spans)
     handoffs = sum(1 for (_, a), (_, b) in itertools.pairwise(order) if a != b)
     print(
@@ -174,7 +177,9 @@ def test_locks_exclude_each_other_across_two_meltano_processes(manager_kwargs, m
         f"{handoffs} hand-offs between the processes"
     )
     assert (lost, overlaps) == (0, 0)
-    assert handoffs >= 2, f"the processes ran one after the other: {order}"
+    for me, other in [(0, 1), (1, 0)]:
+        last_end = max(end for _, end in sections[other])
+        assert began[me] < last_end, f"worker {me} began after worker {other} was done"
 
 
 def test_the_lock_timeout_gives_meltano_a_locked_error_naming_the_holder(manager_kwargs):

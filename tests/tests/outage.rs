@@ -238,30 +238,32 @@ mod outage {
                 .restarts
                 .iter()
                 .map(|r| {
-                    format!(
-                        "{}-{} ({:.1} s)",
-                        r.killed_at,
-                        r.resumed_at,
-                        r.outage.as_secs_f64()
-                    )
+                    let at = if r.killed_at == r.resumed_at {
+                        format!("{}", r.killed_at)
+                    } else {
+                        format!("{}-{}", r.killed_at, r.resumed_at)
+                    };
+                    format!("{at} ({:.1} s)", r.outage.as_secs_f64())
                 })
                 .collect();
+            let down: f64 = self.restarts.iter().map(|r| r.outage.as_secs_f64()).sum();
             format!(
-                "{} operations in {:.1?}: {} acknowledged and read back right after they \
-                 returned, {} calls failed, {} lost at once; the final state shows {} of them \
-                 (the others' ids were cleared since), {} differences from what was acknowledged; {} restarts \
-                 (operations killed-resumed: {}); {} acknowledged operations within {NEAR} of a \
-                 restart, all read back",
+                "{} operations in {:.1?}, {} restarts ({down:.1} s down in all) during operations \
+                 {}: {} calls failed; {} operations acknowledged, each read back by another \
+                 instance right after it returned ({} of them within {NEAR} operations of a \
+                 restart), {} with a loss; at the end the final state shows {} of them (the \
+                 others' ids were cleared since) and differs from what was acknowledged in {} \
+                 places",
                 plan.operations,
                 self.elapsed,
-                self.acknowledged.len(),
+                self.restarts.len(),
+                restarts.join(", "),
                 self.failed.len(),
+                self.acknowledged.len(),
+                self.near_restarts(),
                 self.lost_at_once.len(),
                 self.still_shown(),
                 self.lost_at_end.len(),
-                self.restarts.len(),
-                restarts.join(", "),
-                self.near_restarts(),
             )
         }
     }

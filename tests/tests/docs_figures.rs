@@ -1,0 +1,443 @@
+//! The figures the README and the docs quote are the committed results' (`tests/benches/results/`):
+//! regenerating the results without updating the pages fails here, and so does a figure typed by
+//! hand. Needs no ClickHouse.
+//!
+//! A page quotes the results in two ways, both checked in README.md and every docs/*.md:
+//! - A figure followed at once by a reference, `1131 ms<!-- meltano.md "| the original |" 3 -->`:
+//!   the 3rd number after that text on its line of `tests/benches/results/meltano.md` (which
+//!   holds the text once), rounded to the digits the page shows.
+//!   `<!-- ratio report.md "| 16 |" 1 "| 1 |" 1 -->` is the ratio of two such numbers. A unit
+//!   and a closing `**` may stand between the figure and its reference.
+//! - A block between `<!-- quote report.md -->` and `<!-- end quote -->`, each of whose lines is
+//!   a line of that results file (the tables, copied).
+//!
+//! Where the pages quote measurements (`MEASURED`), a number with a unit of measure (`UNITS`)
+//! that is neither is an error, unless it is a goal or a setting written as in `NOT_MEASURED`.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// The parts of pages where every measured figure comes from the results: a page, and the
+/// heading its part starts at (it ends at the next heading of that level), or the whole page.
+const MEASURED: &[(&str, Option<&str>)] = &[
+    ("README.md", Some("## Speed")),
+    ("docs/benchmarks.md", None),
+];
+
+/// Goals and settings, as the pages write them: not measurements, so they need no reference.
+const NOT_MEASURED: &[&str] = &[
+    "up to 8x",       // a waiter's pause grows up to 8x (lock::wait): a setting
+    "at most 1.2x",   // component / raw, per operation and at scale
+    "at least 0.8x",  // 16 writers on one id against one
+    "at most 450 KB", // the component's size
+    "at most 100 µs", // instantiate + open, p50 (docs/sandbox.md)
+    "within 1.5x",    // noisy neighbours: noisy / quiet, p99 per phase
+    "at least 100x",  // the update stream: the original's time per message / ours
+    "at most 25 ms",  // the CLI's own cost (docs/meltano.md, by hand)
+    "at most 2 MiB",  // an idle instance's memory (just bench-sandbox)
+];
+
+/// What makes a number a measurement: one of these words after it.
+const UNITS: &str = "ms µs s x KB MB KiB MiB GiB % updates/s";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// README.md and docs/*.md: each page's path from the repository's root, and its text.
+fn pages() -> Vec<(String, String)> {
+    let mut names = vec!["README.md".to_string()];
+    for entry in std::fs::read_dir(root().join("docs")).expect("docs/") {
+        let name = entry.expect("an entry of docs/").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".md") {
+            names.push(format!("docs/{name}"));
+        }
+    }
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let text = read(&root().join(&name));
+            (name, text)
+        })
+        .collect()
+}
+
+/// A committed results file, by its name in tests/benches/results/.
+fn results(file: &str) -> String {
+    read(&root().join("tests/benches/results").join(file))
+}
+
+fn line_of(text: &str, at: usize) -> usize {
+    text[..at].matches('\n').count() + 1
+}
+
+/// A number that stands alone (not the `50` of `p50`), with the unit after it if that is one of
+/// `UNITS`; `end` is past the unit and a closing `**`.
+struct Number<'a> {
+    start: usize,
+    end: usize,
+    digits: &'a str,
+    unit: &'a str,
+}
+
+fn numbers(text: &str) -> Vec<Number<'_>> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(offset) = text[at..].find(|c: char| c.is_ascii_digit()) {
+        let start = at + offset;
+        let run = text[start..]
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .map_or(&text[start..], |len| &text[start..start + len]);
+        // A full stop after a number ends its sentence.
+        let digits = run.trim_end_matches('.');
+        at = start + digits.len();
+        let in_a_word = text[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if !in_a_word {
+            let (unit, end) = unit_after(text, at);
+            found.push(Number {
+                start,
+                end,
+                digits,
+                unit,
+            });
+        }
+    }
+    found
+}
+
+/// The unit of measure at `at` (after one space at most), if any, and where the figure ends.
+fn unit_after(text: &str, at: usize) -> (&str, usize) {
+    let rest = &text[at..];
+    let word = rest.strip_prefix(' ').unwrap_or(rest);
+    let len = word
+        .find(|c: char| !(c.is_alphabetic() || c == '%' || c == '/'))
+        .unwrap_or(word.len());
+    let (unit, end) = if UNITS.split(' ').any(|unit| unit == &word[..len]) {
+        (&word[..len], text.len() - word.len() + len)
+    } else {
+        ("", at)
+    };
+    let end = if text[end..].starts_with("**") {
+        end + 2
+    } else {
+        end
+    };
+    (unit, end)
+}
+
+/// An HTML comment: where it is, and its text.
+struct Comment<'a> {
+    range: Range<usize>,
+    body: &'a str,
+}
+
+fn comments(text: &str) -> Vec<Comment<'_>> {
+    text.match_indices("<!--")
+        .map(|(start, _)| {
+            let end = start
+                + text[start..]
+                    .find("-->")
+                    .unwrap_or_else(|| panic!("an unclosed comment at byte {start}"))
+                + 3;
+            Comment {
+                range: start..end,
+                body: text[start + 4..end - 3].trim(),
+            }
+        })
+        .collect()
+}
+
+/// A block quoted from a results file: the file, the block's lines and where they are.
+struct Quote<'a> {
+    file: &'a str,
+    range: Range<usize>,
+    lines: &'a str,
+}
+
+fn quotes<'a>(text: &'a str, comments: &[Comment<'a>]) -> Vec<Quote<'a>> {
+    let mut found = Vec::new();
+    let mut open: Option<&Comment<'a>> = None;
+    for comment in comments {
+        if let Some(file) = comment.body.strip_prefix("quote ") {
+            assert!(open.is_none(), "a quote inside a quote, {file}");
+            open = Some(comment);
+        } else if comment.body == "end quote" {
+            let start = open.take().expect("an end quote without a quote");
+            found.push(Quote {
+                file: start.body["quote ".len()..].trim(),
+                range: start.range.start..comment.range.end,
+                lines: &text[start.range.end..comment.range.start],
+            });
+        }
+    }
+    assert!(open.is_none(), "a quote without an end quote");
+    found
+}
+
+/// A figure's source: a results file and a number in it, or two whose ratio the figure is.
+/// Each term is a text in the file and which number after it (1 for the first).
+struct Reference<'a> {
+    file: &'a str,
+    terms: Vec<(&'a str, usize)>,
+}
+
+/// A reference, `FILE "text" N` or `ratio FILE "text" N "text" N`; `None` for other comments.
+fn reference(body: &str) -> Option<Result<Reference<'_>, String>> {
+    let mut parts = body.split('"');
+    let head = parts.next()?.trim();
+    let (ratio, file) = match head.strip_prefix("ratio ") {
+        Some(file) => (true, file.trim()),
+        None => (false, head),
+    };
+    if !file.ends_with(".md") || file.contains(' ') {
+        return None;
+    }
+    let parts: Vec<&str> = parts.collect();
+    let terms: Option<Vec<(&str, usize)>> = parts
+        .chunks(2)
+        .map(|pair| match *pair {
+            [text, n] => n.trim().parse().ok().map(|n| (text, n)),
+            _ => None,
+        })
+        .collect();
+    Some(match terms {
+        Some(terms) if terms.len() == if ratio { 2 } else { 1 } => Ok(Reference { file, terms }),
+        _ => Err(format!(
+            "`{body}`: expected FILE \"text\" N, or ratio FILE \"text\" N \"text\" N"
+        )),
+    })
+}
+
+/// The `n`th number after `text` on its line of `results`, which must hold `text` once.
+fn number_after(results: &str, text: &str, n: usize) -> Result<f64, String> {
+    let found: Vec<usize> = results.match_indices(text).map(|(at, _)| at).collect();
+    let [at] = found[..] else {
+        return Err(format!(
+            "the results hold \"{text}\" {} times, not once",
+            found.len()
+        ));
+    };
+    let from = at + text.len();
+    let line = &results[from..results[from..]
+        .find('\n')
+        .map_or(results.len(), |len| from + len)];
+    let number = numbers(line)
+        .into_iter()
+        .nth(n.saturating_sub(1))
+        .ok_or_else(|| format!("no number {n} after \"{text}\" on its line"))?;
+    number
+        .digits
+        .parse()
+        .map_err(|e| format!("\"{}\" after \"{text}\": {e}", number.digits))
+}
+
+/// The value a reference names, with how it was found.
+fn value(reference: &Reference<'_>) -> Result<(f64, String), String> {
+    let results = results(reference.file);
+    let mut values = Vec::new();
+    for &(text, n) in &reference.terms {
+        values.push(number_after(&results, text, n)?);
+    }
+    match values[..] {
+        [one] => {
+            let (text, n) = reference.terms[0];
+            Ok((one, format!("{one}: number {n} after \"{text}\"")))
+        }
+        [a, b] => Ok((a / b, format!("{a} / {b} = {:.4}", a / b))),
+        _ => unreachable!("one or two terms"),
+    }
+}
+
+/// `value` written with as many decimals as `like`.
+fn rounded_like(value: f64, like: &str) -> String {
+    let decimals = like
+        .split_once('.')
+        .map_or(0, |(_, fraction)| fraction.len());
+    format!("{value:.decimals$}")
+}
+
+/// A page's references and the figures they follow, checked: one line per error.
+fn check_references(page: &str, text: &str) -> (usize, Vec<String>) {
+    let numbers = numbers(text);
+    let (mut checked, mut errors) = (0, Vec::new());
+    for comment in comments(text) {
+        let Some(parsed) = reference(comment.body) else {
+            continue;
+        };
+        let line = line_of(text, comment.range.start);
+        let Some(figure) = numbers.iter().find(|n| n.end == comment.range.start) else {
+            errors.push(format!(
+                "{page}:{line}: a reference that follows no figure: `{}`",
+                comment.body
+            ));
+            continue;
+        };
+        let quoted = &text[figure.start..figure.end];
+        let checked_value = parsed.and_then(|reference| {
+            let (value, how) = value(&reference)?;
+            Ok((reference.file, value, how))
+        });
+        match checked_value {
+            Ok((file, value, how)) => {
+                checked += 1;
+                let expected = rounded_like(value, figure.digits);
+                if expected != figure.digits {
+                    errors.push(format!(
+                        "{page}:{line}: quotes {quoted}, but tests/benches/results/{file} says \
+                         {expected} ({how})"
+                    ));
+                }
+            }
+            Err(e) => errors.push(format!("{page}:{line}: {quoted}: {e}")),
+        }
+    }
+    (checked, errors)
+}
+
+/// A page's quoted blocks, checked: each line must be a line of the results file.
+fn check_quotes(page: &str, text: &str) -> (usize, Vec<String>) {
+    let comments = comments(text);
+    let (mut checked, mut errors) = (0, Vec::new());
+    for quote in quotes(text, &comments) {
+        let results = results(quote.file);
+        for (i, line) in quote
+            .lines
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.is_empty())
+        {
+            checked += 1;
+            if !results.lines().any(|r| r == line) {
+                let theirs = results
+                    .lines()
+                    .max_by_key(|r| common_prefix(r, line))
+                    .unwrap_or("(an empty file)");
+                errors.push(format!(
+                    "{page}:{}: quotes a line that tests/benches/results/{} does not hold:\n    \
+                     {line}\n  the closest line there:\n    {theirs}",
+                    line_of(text, quote.range.start) + i,
+                    quote.file
+                ));
+            }
+        }
+    }
+    (checked, errors)
+}
+
+/// How many characters two lines share from their start.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
+}
+
+/// The byte range of a page's part that starts at `heading`, or the whole page.
+fn part(text: &str, heading: Option<&str>) -> Range<usize> {
+    let Some(heading) = heading else {
+        return 0..text.len();
+    };
+    let start = text
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no `{heading}`"))
+        + 1;
+    let level = heading.split(' ').next().unwrap_or("#");
+    let end = text[start + heading.len()..]
+        .find(&format!("\n{level} "))
+        .map_or(text.len(), |len| start + heading.len() + len);
+    start..end
+}
+
+/// Where in `text` the goals of `NOT_MEASURED` are written.
+fn goals(text: &str) -> Vec<Range<usize>> {
+    NOT_MEASURED
+        .iter()
+        .flat_map(|goal| text.match_indices(goal).map(|(at, g)| at..at + g.len()))
+        .collect()
+}
+
+/// The measured figures in `range` of a page that neither are quoted nor name their source.
+fn unsourced(text: &str, range: Range<usize>) -> Vec<Number<'_>> {
+    let comments = comments(text);
+    let quoted: Vec<Range<usize>> = quotes(text, &comments)
+        .into_iter()
+        .map(|q| q.range)
+        .collect();
+    let referenced = |n: &Number<'_>| comments.iter().any(|c| c.range.start == n.end);
+    let inside =
+        |ranges: &[Range<usize>], n: &Number<'_>| ranges.iter().any(|r| r.contains(&n.start));
+    let comment_ranges: Vec<Range<usize>> = comments.iter().map(|c| c.range.clone()).collect();
+    let goals = goals(text);
+    numbers(text)
+        .into_iter()
+        .filter(|n| range.contains(&n.start) && !n.unit.is_empty())
+        .filter(|n| !referenced(n) && !inside(&comment_ranges, n) && !inside(&quoted, n))
+        .filter(|n| !inside(&goals, n))
+        .collect()
+}
+
+#[test]
+fn every_referenced_figure_is_the_committed_results_figure() {
+    let (mut checked, mut errors) = (0, Vec::new());
+    for (page, text) in pages() {
+        let (n, e) = check_references(&page, &text);
+        checked += n;
+        errors.extend(e);
+    }
+    println!("{checked} figures checked against tests/benches/results/");
+    assert!(errors.is_empty(), "\n{}\n", errors.join("\n"));
+    assert!(checked > 0, "no page references the results");
+}
+
+#[test]
+fn every_quoted_line_is_a_line_of_the_committed_results() {
+    let (mut checked, mut errors) = (0, Vec::new());
+    for (page, text) in pages() {
+        let (n, e) = check_quotes(&page, &text);
+        checked += n;
+        errors.extend(e);
+    }
+    println!("{checked} quoted lines checked against tests/benches/results/");
+    assert!(errors.is_empty(), "\n{}\n", errors.join("\n"));
+    assert!(checked > 0, "no page quotes the results");
+}
+
+#[test]
+fn every_measured_figure_where_the_pages_quote_results_names_its_source() {
+    let mut errors = Vec::new();
+    for &(page, heading) in MEASURED {
+        let text = read(&root().join(page));
+        for n in unsourced(&text, part(&text, heading)) {
+            errors.push(format!(
+                "{page}:{}: `{}` has no reference to tests/benches/results/ (or, if it is a goal or a \
+                 setting, write it as one of NOT_MEASURED)",
+                line_of(&text, n.start),
+                &text[n.start..n.end]
+            ));
+        }
+    }
+    assert!(errors.is_empty(), "\n{}\n", errors.join("\n"));
+}
+
+#[test]
+fn every_goal_that_needs_no_reference_is_on_a_page() {
+    let texts: Vec<String> = MEASURED
+        .iter()
+        .map(|&(page, heading)| {
+            let text = read(&root().join(page));
+            text[part(&text, heading)].to_string()
+        })
+        .collect();
+    for goal in NOT_MEASURED {
+        assert!(
+            texts.iter().any(|t| t.contains(goal)),
+            "NOT_MEASURED lists `{goal}`, which no part of MEASURED writes: remove it"
+        );
+    }
+}
