@@ -236,16 +236,18 @@ async fn set_is_one_round_trip_and_lands_above_a_newer_stored_version() {
     assert_eq!(b.get("x").await.unwrap().unwrap().completed, big);
 }
 
-/// Signals the first request an instance sends after `arm`.
+/// Signals the second request an instance sends after `armed`: it goes out only once the first
+/// has been answered.
 #[derive(Default)]
-struct FirstRequestAfterArm {
+struct SecondRequestAfterArm {
     armed: std::sync::atomic::AtomicBool,
+    after: std::sync::atomic::AtomicUsize,
     sent: tokio::sync::Notify,
 }
 
-impl Interceptor for FirstRequestAfterArm {
+impl Interceptor for SecondRequestAfterArm {
     fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Duration> {
-        if self.armed.swap(false, Ordering::SeqCst) {
+        if self.armed.load(Ordering::SeqCst) && self.after.fetch_add(1, Ordering::SeqCst) == 1 {
             self.sent.notify_one();
         }
         None
@@ -257,8 +259,11 @@ async fn a_kept_lock_forced_open_never_writes_under_the_next_holder() {
     // The keeper's grant is forced open and another process takes the lock and reads the
     // state. The keeper's next update must not land before that holder's write (which would
     // bury it): its guard sees the newer grant, and the update waits for the lock instead.
+    // The holder writes only once the keeper's first write has been answered (or the keeper's
+    // update is over), so the keeper's write always comes first: with the guard's lock checks
+    // removed it lands, and the holder's write then buries it (k3 lost), every time.
     let table = TestTable::new("kept_next_holder");
-    let signal = Arc::new(FirstRequestAfterArm::default());
+    let signal = Arc::new(SecondRequestAfterArm::default());
     let options = InstanceOptions {
         interceptor: Some(signal.clone() as Arc<dyn Interceptor>),
         ..InstanceOptions::default()
@@ -280,12 +285,16 @@ async fn a_kept_lock_forced_open_never_writes_under_the_next_holder() {
     let lock = next.acquire_lock("stream").await.expect("the next holder");
     let read = next.get("stream").await.unwrap().expect("k1 stored");
     signal.armed.store(true, Ordering::SeqCst);
-    let keeping = tokio::spawn(async move {
+    let mut keeping = tokio::spawn(async move {
         keeper.update(&bookmark(3)).await.expect("update");
         keeper
     });
-    // Once the keeper's write has gone out, the holder writes what it read plus its own.
-    signal.sent.notified().await;
+    // Once the keeper's first write has been answered, the holder writes what it read plus
+    // its own.
+    let finished = tokio::select! {
+        _ = signal.sent.notified() => None,
+        keeper = &mut keeping => Some(keeper.expect("keeper")),
+    };
     let mut with_k2 = bookmarks(&read);
     with_k2["k2"] = 2.into();
     let partial = serde_json::json!({ "singer_state": { "bookmarks": with_k2 } });
@@ -293,7 +302,10 @@ async fn a_kept_lock_forced_open_never_writes_under_the_next_holder() {
         .await
         .expect("the holder's write");
     next.release(lock).await.unwrap();
-    let keeper = keeping.await.expect("keeper");
+    let keeper = match finished {
+        Some(keeper) => keeper,
+        None => keeping.await.expect("keeper"),
+    };
     keeper.close().await.unwrap();
     let stored = next.get("stream").await.unwrap().unwrap();
     assert_eq!(bookmarks(&stored), json(r#"{"k1":1,"k2":2,"k3":3}"#));
