@@ -146,15 +146,50 @@ async fn round(backend: &mut Backend, sections: &Sections, who: usize, id: &str)
     backend.release(lock).await.expect("release");
 }
 
+/// Turns off the lock log's insert deduplication (on by default for a single server): a claim
+/// retried or held back then lands beside the others instead of being dropped, so exclusion
+/// rests on the read-back rule alone, as `docs/lock.md` says it does.
+async fn without_deduplication(table: &TestTable, timeline: &Timeline) {
+    let mut b = timeline.open(table, &[]).await;
+    b.migrate().await.expect("migrate");
+    table.target.must(&format!(
+        "ALTER TABLE {}_lock_log MODIFY SETTING non_replicated_deduplication_window = 0",
+        table.qualified()
+    ));
+}
+
+/// Without deduplication a stray claim can hold the next contenders off until its lease ends
+/// (liveness, not exclusion): those runs take a short lease.
+fn lease(deduplication: bool) -> &'static [(&'static str, &'static str)] {
+    if deduplication {
+        &[]
+    } else {
+        &[("lock_lease_seconds", "5")]
+    }
+}
+
 async fn contention(timeline: Timeline, label: &str, instances: usize, rounds: usize) {
+    contention_with(timeline, label, instances, rounds, true).await
+}
+
+async fn contention_with(
+    timeline: Timeline,
+    label: &str,
+    instances: usize,
+    rounds: usize,
+    deduplication: bool,
+) {
     let table = TestTable::new(label);
+    if !deduplication {
+        without_deduplication(&table, &timeline).await;
+    }
     let timeline = Arc::new(timeline);
     let sections = Arc::new(Sections::default());
     let mut tasks = Vec::new();
     for who in 0..instances {
         let (table, timeline, sections) = (table.clone(), timeline.clone(), sections.clone());
         tasks.push(tokio::spawn(async move {
-            let mut b = timeline.open(&table, &[]).await;
+            let mut b = timeline.open(&table, lease(deduplication)).await;
             for _ in 0..rounds {
                 round(&mut b, &sections, who, "shared").await;
             }
@@ -219,7 +254,14 @@ fn slow_nth_insert(nth: usize, delay: Duration) -> InstanceOptions {
 }
 
 async fn slow_insert(timeline: Timeline, label: &str) {
+    slow_insert_with(timeline, label, true).await
+}
+
+async fn slow_insert_with(timeline: Timeline, label: &str, deduplication: bool) {
     let table = TestTable::new(label);
+    if !deduplication {
+        without_deduplication(&table, &timeline).await;
+    }
     let timeline = Arc::new(timeline);
     let sections = Arc::new(Sections::default());
     let slow = Arc::new(SlowNthLockInsert {
@@ -239,7 +281,9 @@ async fn slow_insert(timeline: Timeline, label: &str) {
                 interceptor,
                 ..InstanceOptions::default()
             };
-            let mut b = timeline.open_with(&table, &[], options).await;
+            let mut b = timeline
+                .open_with(&table, lease(deduplication), options)
+                .await;
             for _ in 0..10 {
                 round(&mut b, &sections, who, "shared").await;
             }
@@ -264,6 +308,16 @@ async fn slow_insert_real_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_insert_virtual_time() {
     slow_insert(Timeline::virtual_time(), "slow_virtual").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_without_deduplication_real_time() {
+    contention_with(Timeline::real(), "contend_nodedup", 8, 25, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_insert_without_deduplication_real_time() {
+    slow_insert_with(Timeline::real(), "slow_nodedup", false).await;
 }
 
 async fn merge_during_contention(timeline: Timeline, label: &str) {
