@@ -9,6 +9,9 @@ clickhouse_port := env("LOCAL_CLICKHOUSE_PORT", "8123")
 # Every integration test and the demo read this; point it elsewhere (e.g. ClickHouse Cloud)
 # to run them there.
 export CLICKHOUSE_URL := env("CLICKHOUSE_URL", "http://default:@127.0.0.1:" + clickhouse_port)
+# Test builds refuse to leave this machine (the tripwire, docs/sandbox.md) but for this host: the
+# ClickHouse under test, when it is elsewhere
+export STATE_BACKEND_TRIPWIRE_ALLOW := env("STATE_BACKEND_TRIPWIRE_ALLOW", replace_regex(CLICKHOUSE_URL, '^[A-Za-z]+://(?:[^@/]*@)?(?:\[([^\]]*)\]|([^/:]*)).*$', '$1$2'))
 # The Python tests run through this: no package index, and no network beyond loopback (and
 # $CLICKHOUSE_URL's host) for their Python processes, checked (python/tests/offline/)
 offline := justfile_directory() + "/python/tests/offline/run"

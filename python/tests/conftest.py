@@ -106,6 +106,10 @@ class Tripwire:
             return log.read().decode()
 
 
+#: Trips that tests meant to make (`Tripwire.expected`); any other fails the session too.
+EXPECTED_TRIPS: list[str] = []
+
+
 @pytest.fixture(autouse=True)
 def tripwire():
     """Fails the test if a host tried to leave this machine during it (unless the test says it
@@ -113,8 +117,23 @@ def tripwire():
     wire = Tripwire()
     yield wire
     trips = wire.trips()
-    if trips and not wire.expected:
+    if wire.expected:
+        EXPECTED_TRIPS.extend(trips.splitlines())
+    elif trips:
         pytest.fail(f"the tripwire was hit:\n{trips}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A trip outside any test (a host still running after its test) fails the run as well."""
+    recorded = TRIPWIRE.read_text().splitlines() if TRIPWIRE.exists() else []
+    unexpected = list(recorded)
+    for line in EXPECTED_TRIPS:
+        if line in unexpected:
+            unexpected.remove(line)
+    if unexpected:
+        print("\nthe tripwire was hit outside the tests that meant it:", *unexpected, sep="\n")
+        session.exitstatus = 1
+    TRIPWIRE.unlink(missing_ok=True)
 
 
 #: Set (to 1) to test the package as installed from its wheel: its own host executable and

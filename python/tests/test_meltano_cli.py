@@ -156,6 +156,7 @@ def merge_waits_for_the_originals_lock(project, clickhouse, schema, mode: str) -
         said = refused.stdout + refused.stderr
         assert refused.returncode != 0, f"merged while the original held the lock:\n{said}"
         assert "locked" in said.lower(), said
+        assert stored(clickhouse, schema)[sid]["partial"] == {}, "the refused merge wrote"
     project.meltano("state", "merge", sid, '{"singer_state": {"b": 2}}')
     assert stored(clickhouse, schema)[sid]["partial"] == {"singer_state": {"b": 2}}
 

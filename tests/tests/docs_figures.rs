@@ -369,7 +369,12 @@ fn unsourced(text: &str, range: Range<usize>) -> Vec<Number<'_>> {
         .into_iter()
         .map(|q| q.range)
         .collect();
-    let referenced = |n: &Number<'_>| comments.iter().any(|c| c.range.start == n.end);
+    // Only a comment that is a reference sources a figure (`check_references` checks it).
+    let referenced = |n: &Number<'_>| {
+        comments
+            .iter()
+            .any(|c| c.range.start == n.end && reference(c.body).is_some())
+    };
     let inside =
         |ranges: &[Range<usize>], n: &Number<'_>| ranges.iter().any(|r| r.contains(&n.start));
     let comment_ranges: Vec<Range<usize>> = comments.iter().map(|c| c.range.clone()).collect();

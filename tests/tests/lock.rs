@@ -156,6 +156,13 @@ async fn without_deduplication(table: &TestTable, timeline: &Timeline) {
         "ALTER TABLE {}_lock_log MODIFY SETTING non_replicated_deduplication_window = 0",
         table.qualified()
     ));
+    let create = table
+        .target
+        .must(&format!("SHOW CREATE TABLE {}_lock_log", table.qualified()));
+    assert!(
+        create.contains("non_replicated_deduplication_window = 0"),
+        "{create}"
+    );
 }
 
 /// Without deduplication a stray claim can hold the next contenders off until its lease ends

@@ -36,12 +36,21 @@ mod outage {
     const STREAMS: u64 = 8;
     /// How near a restart (in operations) the check must cover every operation.
     const NEAR: usize = 20;
+    /// No restart yet (or its swallow done), for `restarted_at`.
+    const NOT_YET: usize = usize::MAX;
 
-    /// What an acknowledged operation touched.
+    /// What an acknowledged operation did, and to which ids.
     #[derive(Debug, Clone)]
     struct Done {
         ids: Vec<String>,
-        cleared: bool,
+        kind: Kind,
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Kind {
+        Update,
+        Set,
+        Clear,
     }
 
     /// One operation of the mix on the backend and the model; returns the ids whose stored
@@ -53,15 +62,19 @@ mod outage {
         n: usize,
         roll: u64,
     ) -> Result<Done, Error> {
-        let done = |ids: Vec<String>| Done {
-            ids,
-            cleared: false,
-        };
+        let done = |ids: Vec<String>, kind| Done { ids, kind };
+        let written: Vec<&String> = model
+            .keys()
+            .filter(|id| !id.starts_with("stream:"))
+            .collect();
         let cleared_candidates: Vec<String> = model
             .iter()
             .filter(|(id, e)| !id.starts_with("stream:") && e.is_some())
             .map(|(id, _)| id.clone())
             .collect();
+        // Now and then a set goes over a stored state, or one cleared before.
+        let again = ((roll >> 8) % 10 == 7 && !written.is_empty())
+            .then(|| written[(roll >> 24) as usize % written.len()].clone());
         let completed = |c: usize| Expected {
             partial: BTreeMap::new(),
             completed: Some(c as u64),
@@ -82,17 +95,14 @@ mod outage {
                     .get_or_insert_with(Expected::default)
                     .partial
                     .insert(key, n as u64);
-                Ok(done(vec![id]))
+                Ok(done(vec![id], Kind::Update))
             }
             8 if !cleared_candidates.is_empty() => {
                 let id =
                     cleared_candidates[(roll >> 16) as usize % cleared_candidates.len()].clone();
                 backend.clear(&id).await?;
                 model.insert(id.clone(), None);
-                Ok(Done {
-                    ids: vec![id],
-                    cleared: true,
-                })
+                Ok(done(vec![id], Kind::Clear))
             }
             9 => {
                 let ids: Vec<String> = (0..3).map(|k| format!("all:{n}:{k}")).collect();
@@ -104,10 +114,10 @@ mod outage {
                 for id in &ids {
                     model.insert(id.clone(), Some(completed(n)));
                 }
-                Ok(done(ids))
+                Ok(done(ids, Kind::Set))
             }
             _ => {
-                let id = format!("set:{n}");
+                let id = again.unwrap_or_else(|| format!("set:{n}"));
                 backend
                     .set(&State::completed(
                         &id,
@@ -115,7 +125,7 @@ mod outage {
                     ))
                     .await?;
                 model.insert(id.clone(), Some(completed(n)));
-                Ok(done(vec![id]))
+                Ok(done(vec![id], Kind::Set))
             }
         }
     }
@@ -219,16 +229,18 @@ mod outage {
                 .count()
         }
 
-        /// Operations whose effect the final state still shows (a later clear hides a set's).
+        /// Operations whose effect the final state still shows (a later set or clear of its ids
+        /// hides a set's, a later set hides a clear's).
         fn still_shown(&self) -> usize {
             self.acknowledged
                 .iter()
-                .filter(|(_, op)| {
-                    op.cleared
-                        || op
-                            .ids
-                            .iter()
-                            .all(|id| self.model.get(id).is_some_and(Option::is_some))
+                .filter(|(n, op)| {
+                    op.ids.iter().all(|id| match (op.kind, self.model.get(id)) {
+                        (Kind::Update, _) => true,
+                        (Kind::Clear, Some(None)) => true,
+                        (Kind::Set, Some(Some(e))) => e.completed == Some(*n as u64),
+                        _ => false,
+                    })
                 })
                 .count()
         }
@@ -252,7 +264,7 @@ mod outage {
                  {}: {} calls failed; {} operations acknowledged, each read back by another \
                  instance right after it returned ({} of them within {NEAR} operations of a \
                  restart), {} with a loss; at the end the final state shows {} of them (the \
-                 others' ids were cleared since) and differs from what was acknowledged in {} \
+                 others' ids were written or cleared since) and differs from what was acknowledged in {} \
                  places",
                 plan.operations,
                 self.elapsed,
@@ -269,11 +281,12 @@ mod outage {
     }
 
     /// Runs `plan` against a server of its own that is killed and started again, with the
-    /// writer's exchanges under `faults`, which `armed` arms at each restart.
+    /// writer's exchanges under `faults`. At each restart `restarted_at` is set to the count of
+    /// operations done then.
     async fn run(
         plan: &Plan,
         faults: Option<Arc<dyn FaultPlan>>,
-        armed: Arc<AtomicBool>,
+        restarted_at: Arc<AtomicUsize>,
         done: Arc<AtomicUsize>,
     ) -> Report {
         let server = LocalServer::start("default", "");
@@ -302,7 +315,8 @@ mod outage {
 
         // The chaos: SIGKILL at drawn points, an outage, a start on the same data.
         let chaos = {
-            let (done, finished, armed) = (Arc::clone(&done), Arc::clone(&finished), armed);
+            let (done, finished, restarted_at) =
+                (Arc::clone(&done), Arc::clone(&finished), restarted_at);
             let (first_kill, gap, outage_of, most) =
                 (plan.first_kill, plan.gap, plan.outage, plan.restarts);
             std::thread::spawn(move || {
@@ -321,7 +335,7 @@ mod outage {
                     server.kill();
                     std::thread::sleep(outage);
                     server.resume();
-                    armed.store(true, Ordering::SeqCst);
+                    restarted_at.store(done.load(Ordering::SeqCst), Ordering::SeqCst);
                     restarts.push(Restart {
                         killed_at,
                         resumed_at: done.load(Ordering::SeqCst),
@@ -412,7 +426,7 @@ mod outage {
         let report = run(
             &plan,
             None,
-            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(NOT_YET)),
             Arc::new(AtomicUsize::new(0)),
         )
         .await;
@@ -444,22 +458,10 @@ mod outage {
             "acknowledged writes lost by the end: {:#?}",
             report.lost_at_end
         );
-        // Every restart had operations on both sides, all acknowledged and read back.
-        for r in &report.restarts {
-            let around = report
-                .acknowledged
-                .iter()
-                .filter(|(n, _)| r.near(*n))
-                .count();
-            assert!(
-                around >= 2 * NEAR,
-                "{r:?}: only {around} operations near it"
-            );
-        }
     }
 
-    /// A server that acknowledges a state write without receiving it (the first after each
-    /// restart): the same check reports exactly those operations as lost. The check can see a
+    /// A server that acknowledges a state write without receiving it (one after each restart):
+    /// the same check reports exactly those operations as lost. The check can see a
     /// loss, so the run above, which reports none, had none to see.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_acknowledged_but_never_sent_after_a_restart_is_reported_lost() {
@@ -471,14 +473,14 @@ mod outage {
             outage: |_, unit| Duration::from_secs_f64(0.5 + 0.5 * unit),
             restarts: 3,
         };
-        let armed = Arc::new(AtomicBool::new(false));
+        let restarted_at = Arc::new(AtomicUsize::new(NOT_YET));
         let done = Arc::new(AtomicUsize::new(0));
         let swallow = Arc::new(SwallowAfterRestart {
-            armed: Arc::clone(&armed),
+            restarted_at: Arc::clone(&restarted_at),
             done: Arc::clone(&done),
             swallowed: std::sync::Mutex::new(BTreeSet::new()),
         });
-        let report = run(&plan, Some(swallow.clone()), armed, done).await;
+        let report = run(&plan, Some(swallow.clone()), restarted_at, done).await;
         println!("{}", report.summary(&plan));
         let swallowed = swallow.swallowed.lock().expect("not poisoned").clone();
         assert_eq!(report.restarts.len(), 3);
@@ -498,10 +500,12 @@ mod outage {
         }
     }
 
-    /// Swallows the first state write after each restart (`armed`), and notes which operation
+    /// Swallows the first state write of the first operation begun after each restart (not a
+    /// retry of the write in flight at the kill, which may have landed before it), and notes
+    /// which operation it belonged to.
     /// it belonged to.
     struct SwallowAfterRestart {
-        armed: Arc<AtomicBool>,
+        restarted_at: Arc<AtomicUsize>,
         done: Arc<AtomicUsize>,
         swallowed: std::sync::Mutex<BTreeSet<usize>>,
     }
@@ -509,11 +513,20 @@ mod outage {
     impl FaultPlan for SwallowAfterRestart {
         fn fault(&self, _: &http::Method, uri: &http::Uri) -> Option<Fault> {
             let state_write = insert_target(uri).is_some_and(|t| !t.contains("_lock"));
-            if !state_write || !self.armed.swap(false, Ordering::SeqCst) {
+            let at = self.restarted_at.load(Ordering::SeqCst);
+            let operation = self.done.load(Ordering::SeqCst);
+            if !state_write
+                || at == NOT_YET
+                || operation <= at
+                || self
+                    .restarted_at
+                    .compare_exchange(at, NOT_YET, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+            {
                 return None;
             }
             if let Ok(mut swallowed) = self.swallowed.lock() {
-                swallowed.insert(self.done.load(Ordering::SeqCst));
+                swallowed.insert(operation);
             }
             Some(Fault::Swallowed)
         }
