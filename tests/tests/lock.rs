@@ -1032,6 +1032,136 @@ async fn a_claim_gives_way_to_a_renewal_that_landed_before_it() {
         .expect("the renewed holder writes");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_in_doubt_gives_way_to_a_renewal_that_landed_before_it() {
+    // The race above, with the contender's read-back lost as well: its claim is in doubt, and
+    // when it next looks, the log shows its claim as the newest grant. The renewal landed
+    // before the claim, so the claim gave way by the read-back rule; taking it now would make
+    // two holders.
+    let timeline = Timeline::real();
+    let table = TestTable::new("renew_first_doubt");
+    let lease = [("lock_lease_seconds", "20")];
+    let mut holder = timeline
+        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(5)))
+        .await;
+    holder.migrate().await.unwrap();
+    let mut lock = holder.acquire_lock("s").await.unwrap();
+    let acquired = Instant::now();
+    tokio::time::sleep(Duration::from_secs(17)).await;
+    let renewing = tokio::spawn(async move {
+        let renewed = holder.renew(&lock).await;
+        (holder, lock, renewed)
+    });
+    tokio::time::sleep(Duration::from_millis(20_100).saturating_sub(acquired.elapsed())).await;
+    let lose = Arc::new(LoseFirstReadBack::default());
+    let options = InstanceOptions {
+        faults: Some(lose.clone() as Arc<dyn FaultPlan>),
+        ..slow_nth_insert(0, Duration::from_secs(3))
+    };
+    let mut contender = timeline
+        .open_with(
+            &table,
+            &[
+                ("lock_lease_seconds", "20"),
+                ("lock_timeout_seconds", "5"),
+                ("retries", "0"),
+            ],
+            options,
+        )
+        .await;
+    let contended = contender.acquire_lock("s").await;
+    assert!(lose.lost.load(Ordering::SeqCst), "the read-back was lost");
+    let (mut holder, renewed_lock, renewed) = renewing.await.unwrap();
+    lock = renewed_lock;
+    renewed.expect("the renewal landed before any newer claim");
+    assert!(
+        matches!(contended, Err(Error::Locked(_))),
+        "the contender took the lock the renewed holder holds: {contended:?}"
+    );
+    holder
+        .set_locked(&State::completed("s", r#"{"by":"holder"}"#), &lock)
+        .await
+        .expect("the renewed holder writes");
+}
+
+/// Refuses this instance's first state write (not a lock table's), as a connection refused.
+#[derive(Default)]
+struct RefuseFirstStateWrite {
+    refused: AtomicBool,
+}
+
+impl FaultPlan for RefuseFirstStateWrite {
+    fn fault(&self, _method: &http::Method, uri: &http::Uri) -> Option<Fault> {
+        let state_write = insert_target(uri).is_some_and(|t| !t.contains("_lock"));
+        (state_write && !self.refused.swap(true, Ordering::SeqCst)).then_some(Fault::Refused)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_update_whose_claim_was_left_in_doubt_gives_way_to_a_renewal_that_landed_before_it() {
+    // The same race through `update`: the contender's claim lands after the renewal, and its
+    // first write (which would have confirmed or refused the claim) fails, so the claim is left
+    // in doubt. Its next update finds the claim the newest grant; writing as a confirmed holder
+    // would write under the renewed holder.
+    let timeline = Timeline::real();
+    let table = TestTable::new("renew_first_update_doubt");
+    let lease = [("lock_lease_seconds", "20")];
+    let mut holder = timeline
+        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(5)))
+        .await;
+    holder.migrate().await.unwrap();
+    let mut lock = holder.acquire_lock("s").await.unwrap();
+    let acquired = Instant::now();
+    tokio::time::sleep(Duration::from_secs(17)).await;
+    let renewing = tokio::spawn(async move {
+        let renewed = holder.renew(&lock).await;
+        (holder, lock, renewed)
+    });
+    tokio::time::sleep(Duration::from_millis(20_100).saturating_sub(acquired.elapsed())).await;
+    let refuse = Arc::new(RefuseFirstStateWrite::default());
+    let options = InstanceOptions {
+        faults: Some(refuse.clone() as Arc<dyn FaultPlan>),
+        ..slow_nth_insert(0, Duration::from_secs(3))
+    };
+    let mut contender = timeline
+        .open_with(
+            &table,
+            &[
+                ("lock_lease_seconds", "20"),
+                ("lock_timeout_seconds", "5"),
+                ("retry_budget_seconds", "0"),
+            ],
+            options,
+        )
+        .await;
+    let first = contender
+        .update(&State::partial("s", r#"{"by":"contender"}"#))
+        .await;
+    assert!(
+        refuse.refused.load(Ordering::SeqCst),
+        "the write was refused"
+    );
+    assert!(matches!(first, Err(Error::Unreachable(_))), "{first:?}");
+    let (mut holder, renewed_lock, renewed) = renewing.await.unwrap();
+    lock = renewed_lock;
+    renewed.expect("the renewal landed before any newer claim");
+    let second = contender
+        .update(&State::partial("s", r#"{"by":"contender"}"#))
+        .await;
+    assert!(
+        matches!(second, Err(Error::Locked(_))),
+        "the contender wrote under the renewed holder: {second:?}"
+    );
+    assert!(
+        holder.get("s").await.unwrap().is_none(),
+        "the contender's update landed"
+    );
+    holder
+        .set_locked(&State::completed("s", r#"{"by":"holder"}"#), &lock)
+        .await
+        .expect("the renewed holder writes");
+}
+
 // -- a write that lands after its lease ------------------------------------------------------
 
 /// Holds back this instance's first state write (not a lock table's) for `delay`.

@@ -24,7 +24,7 @@
 
 use serde::Serialize;
 
-use super::{Attempt, LockHandle, Locks};
+use super::{Attempt, Doubt, LockHandle, Locks};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host, Level};
@@ -237,10 +237,13 @@ fn claim<T: Transport, H: Host>(
                 acquired_at_ms: now,
                 expires_at_ms: lease_until,
             };
-            locks
-                .in_doubt
-                .borrow_mut()
-                .insert(state_id.to_string(), handle);
+            locks.in_doubt.borrow_mut().insert(
+                state_id.to_string(),
+                Doubt {
+                    handle,
+                    followed: current.clone(),
+                },
+            );
             return Ok(Attempt::Held(info));
         }
         Err(e) => return Err(e),
@@ -339,43 +342,87 @@ pub(crate) fn append_claim<T: Transport, H: Host>(
     })
 }
 
-/// Decides a claim in doubt from the log: ours if the newest generation is the claimed one, held
-/// by us, neither released nor forced, and its lease still runs. Otherwise the usual path.
+/// Whether a claim in doubt won, once the log can be read: `None` when it is not the open newest
+/// grant (released, forced, expired, or someone else's), else what the read-back rule says of
+/// it, with the claims on its generation. The rule, not the log's fold: the fold names the
+/// earliest claim, which may have landed after a rival's read-back, or after a renewal of the
+/// generation it followed.
+fn doubt_outcome<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    doubt: &Doubt,
+    current: &Newest,
+) -> Result<Option<(ClaimOutcome, Vec<Claim>)>> {
+    let handle = &doubt.handle;
+    if !current.is_claim_of(handle) || exec.host.now_ms() > handle.lease_until_ms {
+        return Ok(None);
+    }
+    let read = exec.sql.log_claims(&handle.state_id, handle.token, false);
+    let claims: Vec<Claim> = rows::all(&exec.run(&read.query)?)?;
+    let outcome = decide_claim(&doubt.followed, &claims, &handle.owner, handle.token);
+    Ok(Some((outcome, claims)))
+}
+
+/// Decides a claim in doubt from the log, as its read-back would have: granted if it won; held
+/// by whoever it gave way to or lost to; otherwise the usual path.
 fn resolve_doubt<T: Transport, H: Host>(
     exec: &Exec<T, H>,
     locks: &Locks,
     state_id: &str,
-    doubt: LockHandle,
+    doubt: Doubt,
 ) -> Result<Attempt> {
+    let keep = |doubt: Doubt| {
+        locks
+            .in_doubt
+            .borrow_mut()
+            .insert(state_id.to_string(), doubt);
+    };
     let current = match newest(exec, state_id) {
         Ok(current) => current,
         Err(e) => {
-            locks
-                .in_doubt
-                .borrow_mut()
-                .insert(state_id.to_string(), doubt);
+            keep(doubt);
             return Err(e);
         }
     };
-    let now = exec.host.now_ms();
-    if current.is_claim_of(&doubt) && now <= doubt.lease_until_ms {
-        exec.host.log(
-            Level::Info,
-            &format!(
-                "the claim in doubt on {state_id:?} (token {}) had won",
-                doubt.token
-            ),
-        );
-        return Ok(Attempt::Granted(doubt));
+    let outcome = match doubt_outcome(exec, &doubt, &current) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            keep(doubt);
+            return Err(e);
+        }
+    };
+    match outcome {
+        Some((ClaimOutcome::Mine, _)) => {
+            exec.host.log(
+                Level::Info,
+                &format!(
+                    "the claim in doubt on {state_id:?} (token {}) had won",
+                    doubt.handle.token
+                ),
+            );
+            return Ok(Attempt::Granted(doubt.handle));
+        }
+        // As after a read-back: the claim stays in the log until its lease ends, so that nobody
+        // takes the id while the renewed holder works.
+        Some((ClaimOutcome::GivesWay, claims)) => {
+            let mut info = doubt.followed.info(state_id);
+            info.expires_at_ms = claims.first().map_or(0, |c| c.previous_until);
+            return Ok(Attempt::Held(info));
+        }
+        Some((ClaimOutcome::Lost, claims)) => {
+            return Ok(Attempt::Held(rival(&claims, &doubt.handle)));
+        }
+        None => {}
     }
-    if !current.is_free(now) {
+    if !current.is_free(exec.host.now_ms()) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
     claim(exec, locks, state_id, &current)
 }
 
 /// When a lock is given up with a claim still in doubt: if the claim won, release it, so that
-/// the id is not blocked for a lease by a holder that never knew. Best effort.
+/// the id is not blocked for a lease by a holder that never knew. Only if it won: a release row
+/// frees its generation whoever wrote it, and a lost claim's generation may be a rival's grant.
+/// Best effort.
 pub(crate) fn withdraw_doubt<T: Transport, H: Host>(
     exec: &Exec<T, H>,
     locks: &Locks,
@@ -384,22 +431,21 @@ pub(crate) fn withdraw_doubt<T: Transport, H: Host>(
     let Some(doubt) = locks.in_doubt.borrow_mut().remove(state_id) else {
         return;
     };
-    let outcome = newest(exec, state_id).and_then(|current| {
-        if current.is_claim_of(&doubt) {
-            release(exec, locks, &doubt).map(|()| true)
-        } else {
-            Ok(false)
-        }
-    });
+    let outcome = newest(exec, state_id)
+        .and_then(|current| doubt_outcome(exec, &doubt, &current))
+        .and_then(|outcome| match outcome {
+            Some((ClaimOutcome::Mine, _)) => release(exec, locks, &doubt.handle).map(|()| true),
+            _ => Ok(false),
+        });
     let message = match outcome {
         Ok(true) => format!(
             "released the claim in doubt on {state_id:?} (token {})",
-            doubt.token
+            doubt.handle.token
         ),
         Ok(false) => return,
         Err(e) => format!(
             "could not settle the claim in doubt on {state_id:?} (token {}); it ends with its lease: {e}",
-            doubt.token
+            doubt.handle.token
         ),
     };
     exec.host.log(Level::Warn, &message);

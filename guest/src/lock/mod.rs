@@ -41,6 +41,14 @@ pub struct LockHandle {
     pub mode: LockMode,
 }
 
+/// A claim whose read-back failed, and the generation it followed: whether it won is decided by
+/// the same rule as a read-back's (`fenced::decide_claim`), once the log can be read.
+#[derive(Debug, Clone)]
+pub(crate) struct Doubt {
+    pub handle: LockHandle,
+    pub followed: fenced::Newest,
+}
+
 /// What the lock remembers of this instance between calls.
 #[derive(Default)]
 pub struct Locks {
@@ -49,7 +57,7 @@ pub struct Locks {
     pub(crate) released: RefCell<HashMap<String, fenced::Newest>>,
     /// Claims this instance made whose read-back failed, per state id: the claim may have won,
     /// so the next try looks in the log whether it did (see `fenced`).
-    pub(crate) in_doubt: RefCell<HashMap<String, LockHandle>>,
+    pub(crate) in_doubt: RefCell<HashMap<String, Doubt>>,
     /// Grants kept between updates, and the state written last (see `update`).
     pub(crate) update: RefCell<update::Memory>,
 }

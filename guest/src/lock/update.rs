@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 
 use super::fenced::{self, ClaimOutcome, Newest};
-use super::{LockHandle, Locks, StoredRow};
+use super::{Doubt, LockHandle, Locks, StoredRow};
 use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
@@ -125,18 +125,21 @@ pub fn prepare<T: Transport, H: Host>(
                     .borrow_mut()
                     .insert(state_id.to_string(), doubt.clone());
             })?;
-            if outlook.newest.is_claim_of(&doubt) && now <= doubt.lease_until_ms {
+            if outlook.newest.is_claim_of(&doubt.handle) && now <= doubt.handle.lease_until_ms {
+                // The claim landed and is the newest grant. Whether it won is left to the
+                // guarded write, which holds it to the read-back rule (every claim on its
+                // generation ours, the one it followed not renewed since): not confirmed yet.
                 exec.host.log(
                     Level::Info,
                     &format!(
-                        "the claim in doubt on {state_id:?} (token {}) had won",
-                        doubt.token
+                        "the claim in doubt on {state_id:?} (token {}) is the newest grant",
+                        doubt.handle.token
                     ),
                 );
                 return Ok(Prepared::Ready(Ready {
-                    handle: doubt,
+                    handle: doubt.handle,
                     basis: outlook.stored,
-                    claimed_after: None,
+                    claimed_after: Some(doubt.followed),
                 }));
             }
             outlook
@@ -348,11 +351,14 @@ fn release<T: Transport, H: Host>(
 /// in doubt, so that the next try (or giving up) settles it. Best effort: the update's own
 /// error is what the caller sees.
 pub fn abandon<T: Transport, H: Host>(exec: &Exec<T, H>, locks: &Locks, ready: Ready) {
-    if ready.claimed_after.is_some() {
-        locks
-            .in_doubt
-            .borrow_mut()
-            .insert(ready.handle.state_id.clone(), ready.handle);
+    if let Some(followed) = ready.claimed_after {
+        locks.in_doubt.borrow_mut().insert(
+            ready.handle.state_id.clone(),
+            Doubt {
+                handle: ready.handle,
+                followed,
+            },
+        );
         return;
     }
     if let Err(e) = fenced::release(exec, locks, &ready.handle) {
