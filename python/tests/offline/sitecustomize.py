@@ -11,8 +11,8 @@ a failed version check) still fails the recipe, which checks the file is empty.
 
 It covers the test process and the Python processes it starts with its environment: Meltano,
 the lock workers, the tests' own ClickHouse server. Not the plugins (Meltano drops `PYTHONPATH`
-from a plugin's environment; the repository's tap and target use no sockets) nor the Rust host
-(whose sandbox lets the component reach the configured ClickHouse only).
+from a plugin's environment; the repository's tap and target use no sockets) nor the Rust host,
+which has a tripwire of its own (`STATE_BACKEND_TRIPWIRE`, set by `conftest.py`).
 """
 
 from __future__ import annotations
