@@ -138,6 +138,26 @@ pub fn assert_no_trips() {
     assert!(trips.is_empty(), "the tripwire was hit: {trips:#?}");
 }
 
+/// The `state-backend` executable of this build (beside the test binary, or a level up).
+pub fn state_backend_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    exe.ancestors()
+        .skip(1)
+        .take(3)
+        .map(|dir| dir.join("state-backend"))
+        .find(|path| path.is_file())
+        .expect("state-backend not built; run `cargo build -p meltano-state-host`")
+}
+
+/// What a CLI run printed, stdout then stderr.
+pub fn printed(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
 /// A tripwire file for a CLI run (`STATE_BACKEND_TRIPWIRE`): it arms the tripwire of any build,
 /// and records each trip.
 pub struct TripwireLog {

@@ -1,22 +1,9 @@
 //! The `state-backend` CLI, run as a user runs it, against ClickHouse.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use integration_tests::{SCHEMA, TestTable, json};
-
-/// The CLI binary next to this test's target directory (cargo builds it for the host's tests).
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    for dir in exe.ancestors().skip(1).take(3) {
-        let candidate = dir.join("state-backend");
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    panic!("state-backend not built; run `cargo build -p meltano-state-host`");
-}
+use integration_tests::{SCHEMA, TestTable, json, state_backend_binary};
 
 struct Cli {
     table: std::sync::Arc<TestTable>,
@@ -30,7 +17,7 @@ impl Cli {
     }
 
     fn command(&self) -> Command {
-        let mut command = Command::new(binary());
+        let mut command = Command::new(state_backend_binary());
         command
             .env_remove("MELTANO_STATE_BACKEND_URI")
             .arg("--allow-loopback")
@@ -366,7 +353,7 @@ fn settings_flag_beats_environment_beats_uri() {
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(cli.table.raw_rows(), 1);
     // Without the flag, the environment variable wins over the URI's default table.
-    let mut command = Command::new(binary());
+    let mut command = Command::new(state_backend_binary());
     command
         .env_remove("MELTANO_STATE_BACKEND_URI")
         .arg("--allow-loopback")
@@ -570,7 +557,10 @@ fn serve_answers_json_lines_with_one_instance() {
 
 #[test]
 fn help_names_every_setting_the_component_accepts() {
-    let out = Command::new(binary()).arg("--help").output().expect("runs");
+    let out = Command::new(state_backend_binary())
+        .arg("--help")
+        .output()
+        .expect("runs");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
@@ -623,7 +613,7 @@ fn serve_that_cannot_start_says_which_setting_is_wrong_on_its_first_line() {
 fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
     // An unreachable port: printing must not connect.
     let print = |extra: &[&str]| {
-        let output = Command::new(binary())
+        let output = Command::new(state_backend_binary())
             .env_remove("MELTANO_STATE_BACKEND_URI")
             .args(["--uri", "clickhouse://u:Secret-pw@127.0.0.1:1/default"])
             .args(extra)
@@ -650,7 +640,7 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
         "{cluster}"
     );
     // a bad cluster name is bad input
-    let output = Command::new(binary())
+    let output = Command::new(state_backend_binary())
         .env_remove("MELTANO_STATE_BACKEND_URI")
         .args(["-s", "cluster=a;b", "migrate", "--print"])
         .output()
@@ -670,7 +660,7 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
 fn refuse_private_refuses_a_private_address_before_connecting() {
     let tripwire = integration_tests::TripwireLog::new("refuse_private");
     let output = tripwire
-        .arm(&mut Command::new(binary()))
+        .arm(&mut Command::new(state_backend_binary()))
         .env_remove("MELTANO_STATE_BACKEND_URI")
         .args(["--refuse-private", "--uri"])
         .arg("clickhouse://default:@10.255.255.1:8123/default")
@@ -687,7 +677,7 @@ fn refuse_private_refuses_a_private_address_before_connecting() {
 #[test]
 fn a_refused_loopback_address_names_the_flag_that_allows_it() {
     let cli = Cli::new("cli_loopback");
-    let output = Command::new(binary())
+    let output = Command::new(state_backend_binary())
         .env_remove("MELTANO_STATE_BACKEND_URI")
         .arg("--uri")
         .arg(cli.table.target.uri())

@@ -10,7 +10,7 @@ use integration_tests::state_host::clock::{Clock, SystemClock, VirtualClock};
 use integration_tests::state_host::http::faults::{Fault, FaultPlan};
 use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{
-    Backend, Error, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
+    Backend, Error, InstanceOptions, Lock, Runtime, RuntimeOptions, State, default_component_path,
 };
 use integration_tests::{TestTable, insert_target, json};
 
@@ -986,6 +986,29 @@ async fn a_renewal_that_lands_after_a_contender_took_over_is_not_adopted() {
     contender.release(next).await.unwrap();
 }
 
+/// The renew race's first half: a holder with a 20 s lease renews at 17 s, and its renew row is
+/// held back 5 s (it lands at about 22 s). Returns at 20.1 s, when the lease has ended in the
+/// log and no renewal is in yet, with the renewal in flight.
+async fn a_renewal_in_flight(
+    timeline: &Timeline,
+    table: &TestTable,
+) -> tokio::task::JoinHandle<(Backend, Lock, Result<(), Error>)> {
+    let lease = [("lock_lease_seconds", "20")];
+    let mut holder = timeline
+        .open_with(table, &lease, slow_nth_insert(1, Duration::from_secs(5)))
+        .await;
+    holder.migrate().await.unwrap();
+    let lock = holder.acquire_lock("s").await.unwrap();
+    let acquired = Instant::now();
+    tokio::time::sleep(Duration::from_secs(17)).await;
+    let renewing = tokio::spawn(async move {
+        let renewed = holder.renew(&lock).await;
+        (holder, lock, renewed)
+    });
+    tokio::time::sleep(Duration::from_millis(20_100).saturating_sub(acquired.elapsed())).await;
+    renewing
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_gives_way_to_a_renewal_that_landed_before_it() {
     // The other order of the renew race: the contender reads the log while the holder's
@@ -994,22 +1017,9 @@ async fn a_claim_gives_way_to_a_renewal_that_landed_before_it() {
     // was in the log when it checked), so the contender must not get it.
     let timeline = Timeline::real();
     let table = TestTable::new("renew_first");
-    let lease = [("lock_lease_seconds", "20")];
-    let mut holder = timeline
-        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(5)))
-        .await;
-    holder.migrate().await.unwrap();
-    let mut lock = holder.acquire_lock("s").await.unwrap();
-    let acquired = Instant::now();
-    // At 17 s of 20 the holder renews; its renew row lands at about 22 s.
-    tokio::time::sleep(Duration::from_secs(17)).await;
-    let renewing = tokio::spawn(async move {
-        let renewed = holder.renew(&lock).await;
-        (holder, lock, renewed)
-    });
-    // At 20.1 s the contender reads the log (the lease has ended, no renewal is in yet); its
-    // claim is held back 3 s, so it lands after the renewal and the holder's check.
-    tokio::time::sleep(Duration::from_millis(20_100).saturating_sub(acquired.elapsed())).await;
+    let renewing = a_renewal_in_flight(&timeline, &table).await;
+    // The contender reads the log now (the lease has ended, no renewal is in yet); its claim is
+    // held back 3 s, so it lands after the renewal and the holder's check.
     let mut contender = timeline
         .open_with(
             &table,
@@ -1018,8 +1028,7 @@ async fn a_claim_gives_way_to_a_renewal_that_landed_before_it() {
         )
         .await;
     let contended = contender.acquire_lock("s").await;
-    let (mut holder, renewed_lock, renewed) = renewing.await.unwrap();
-    lock = renewed_lock;
+    let (mut holder, lock, renewed) = renewing.await.unwrap();
     renewed.expect("the renewal landed before any newer claim");
     assert!(
         matches!(contended, Err(Error::Locked(_))),
@@ -1040,19 +1049,7 @@ async fn a_claim_in_doubt_gives_way_to_a_renewal_that_landed_before_it() {
     // two holders.
     let timeline = Timeline::real();
     let table = TestTable::new("renew_first_doubt");
-    let lease = [("lock_lease_seconds", "20")];
-    let mut holder = timeline
-        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(5)))
-        .await;
-    holder.migrate().await.unwrap();
-    let mut lock = holder.acquire_lock("s").await.unwrap();
-    let acquired = Instant::now();
-    tokio::time::sleep(Duration::from_secs(17)).await;
-    let renewing = tokio::spawn(async move {
-        let renewed = holder.renew(&lock).await;
-        (holder, lock, renewed)
-    });
-    tokio::time::sleep(Duration::from_millis(20_100).saturating_sub(acquired.elapsed())).await;
+    let renewing = a_renewal_in_flight(&timeline, &table).await;
     let lose = Arc::new(LoseFirstReadBack::default());
     let options = InstanceOptions {
         faults: Some(lose.clone() as Arc<dyn FaultPlan>),
@@ -1071,8 +1068,7 @@ async fn a_claim_in_doubt_gives_way_to_a_renewal_that_landed_before_it() {
         .await;
     let contended = contender.acquire_lock("s").await;
     assert!(lose.lost.load(Ordering::SeqCst), "the read-back was lost");
-    let (mut holder, renewed_lock, renewed) = renewing.await.unwrap();
-    lock = renewed_lock;
+    let (mut holder, lock, renewed) = renewing.await.unwrap();
     renewed.expect("the renewal landed before any newer claim");
     assert!(
         matches!(contended, Err(Error::Locked(_))),
@@ -1105,19 +1101,7 @@ async fn an_update_whose_claim_was_left_in_doubt_gives_way_to_a_renewal_that_lan
     // would write under the renewed holder.
     let timeline = Timeline::real();
     let table = TestTable::new("renew_first_update_doubt");
-    let lease = [("lock_lease_seconds", "20")];
-    let mut holder = timeline
-        .open_with(&table, &lease, slow_nth_insert(1, Duration::from_secs(5)))
-        .await;
-    holder.migrate().await.unwrap();
-    let mut lock = holder.acquire_lock("s").await.unwrap();
-    let acquired = Instant::now();
-    tokio::time::sleep(Duration::from_secs(17)).await;
-    let renewing = tokio::spawn(async move {
-        let renewed = holder.renew(&lock).await;
-        (holder, lock, renewed)
-    });
-    tokio::time::sleep(Duration::from_millis(20_100).saturating_sub(acquired.elapsed())).await;
+    let renewing = a_renewal_in_flight(&timeline, &table).await;
     let refuse = Arc::new(RefuseFirstStateWrite::default());
     let options = InstanceOptions {
         faults: Some(refuse.clone() as Arc<dyn FaultPlan>),
@@ -1142,8 +1126,7 @@ async fn an_update_whose_claim_was_left_in_doubt_gives_way_to_a_renewal_that_lan
         "the write was refused"
     );
     assert!(matches!(first, Err(Error::Unreachable(_))), "{first:?}");
-    let (mut holder, renewed_lock, renewed) = renewing.await.unwrap();
-    lock = renewed_lock;
+    let (mut holder, lock, renewed) = renewing.await.unwrap();
     renewed.expect("the renewal landed before any newer claim");
     let second = contender
         .update(&State::partial("s", r#"{"by":"contender"}"#))

@@ -1,10 +1,9 @@
 //! A known password, through every CLI command and error path: it must appear nowhere in what
 //! the CLI prints (at the most verbose log level), nor in the local server's log.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use integration_tests::LocalServer;
+use integration_tests::{LocalServer, printed, state_backend_binary};
 
 /// CLI arguments and environment variables that carry the password one way.
 type Way = (Vec<String>, Vec<(&'static str, &'static str)>);
@@ -13,16 +12,6 @@ const PASSWORD: &str = "Kn0wn-Secret-pw-5e1f";
 /// Everything of ours at the most verbose level (the compiler's own tracing is left out: it
 /// sees no request, and at trace level it would print megabytes per run).
 const LOG: &str = "debug,state_host=trace,guest=trace,egress=trace,wasmtime_wasi_http=trace,cranelift_codegen=warn,wasmtime_cranelift=warn,wasmtime_internal_cranelift=warn,regalloc2=warn";
-
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.ancestors()
-        .skip(1)
-        .take(3)
-        .map(|d| d.join("state-backend"))
-        .find(|p| p.is_file())
-        .expect("state-backend is built")
-}
 
 #[test]
 fn the_password_never_appears_in_cli_output_or_logs() {
@@ -121,7 +110,7 @@ fn the_password_never_appears_in_cli_output_or_logs() {
     let mut ran = 0;
     for (prefix, env) in &ways {
         for (args, expected) in &commands {
-            let mut command = Command::new(binary());
+            let mut command = Command::new(state_backend_binary());
             command
                 .env_remove("MELTANO_STATE_BACKEND_URI")
                 .args(["--allow-loopback", "--log", LOG, "--component", &component])
@@ -131,11 +120,7 @@ fn the_password_never_appears_in_cli_output_or_logs() {
                 command.env(k, v);
             }
             let output = command.output().expect("runs");
-            let all = format!(
-                "{}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
+            let all = printed(&output);
             assert_eq!(
                 output.status.code(),
                 Some(*expected),
@@ -150,7 +135,7 @@ fn the_password_never_appears_in_cli_output_or_logs() {
     }
     // and a wrong password, which must not echo either
     let wrong = "Wr0ng-Secret-pw-77aa";
-    let output = Command::new(binary())
+    let output = Command::new(state_backend_binary())
         .args([
             "--allow-loopback",
             "--log",
@@ -166,11 +151,7 @@ fn the_password_never_appears_in_cli_output_or_logs() {
         .arg("list")
         .output()
         .unwrap();
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let all = printed(&output);
     assert_eq!(output.status.code(), Some(3), "{all}");
     assert!(!all.contains(wrong), "{all}");
 
@@ -180,7 +161,7 @@ fn the_password_never_appears_in_cli_output_or_logs() {
     let throwaway = "throwaway-pw-0000";
     let tripwire = integration_tests::TripwireLog::new("secrets_metadata");
     let output = tripwire
-        .arm(&mut Command::new(binary()))
+        .arm(&mut Command::new(state_backend_binary()))
         .env_remove("MELTANO_STATE_BACKEND_URI")
         .args(["--allow-loopback", "--log", LOG, "--component", &component])
         .arg("--uri")
@@ -190,11 +171,7 @@ fn the_password_never_appears_in_cli_output_or_logs() {
         .arg("list")
         .output()
         .unwrap();
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let all = printed(&output);
     assert_eq!(output.status.code(), Some(4), "{all}");
     assert!(all.contains("its address is refused"), "{all}");
     assert!(!all.contains(throwaway), "{all}");

@@ -6,13 +6,12 @@
 //! In a binary of its own: the trips below are recorded process-wide, and the other binaries
 //! assert that there were none.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use integration_tests::TripwireLog;
 use integration_tests::state_host::http::policy::AddressAllowance;
 use integration_tests::state_host::http::tripwire::{self, TRIPPED};
 use integration_tests::state_host::{Error, Runtime, RuntimeOptions, default_component_path};
+use integration_tests::{TripwireLog, state_backend_binary};
 
 /// No address class refused: only the tripwire stands between the guest and the network.
 fn refusing_nothing() -> Runtime {
@@ -26,16 +25,6 @@ fn refusing_nothing() -> Runtime {
         ..RuntimeOptions::default()
     };
     Runtime::load(&default_component_path(), options).expect("loads")
-}
-
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.ancestors()
-        .skip(1)
-        .take(3)
-        .map(|d| d.join("state-backend"))
-        .find(|p| p.is_file())
-        .expect("state-backend is built")
 }
 
 #[tokio::test]
@@ -88,7 +77,7 @@ async fn with_the_refusal_switched_off_a_name_trips_the_wire_before_any_lookup()
 fn the_cli_records_a_trip_in_its_tripwire_file() {
     let log = TripwireLog::new("cli");
     let output = log
-        .arm(&mut Command::new(binary()))
+        .arm(&mut Command::new(state_backend_binary()))
         .env_remove("MELTANO_STATE_BACKEND_URI")
         .arg("--uri")
         .arg("clickhouse://default:throwaway-pw-0000@10.255.255.1:8123/default")
