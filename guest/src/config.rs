@@ -28,7 +28,7 @@ pub const DEFAULT_LOCK_LEASE_MS: u64 = 300_000;
 pub const DEFAULT_LOCK_SETTLE_MS: u64 = 1_000;
 
 /// Which lock protocol to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LockMode {
     /// Generations in an append-only lock log, with fencing tokens and leases (the default).
     Fenced,

@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// Who holds a lock, as reported in a `locked` error.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LockInfo {
     pub state_id: String,
     pub owner: String,
@@ -13,7 +13,7 @@ pub struct LockInfo {
 }
 
 /// An error from ClickHouse itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ServerError {
     pub code: i32,
     pub name: String,
@@ -22,7 +22,7 @@ pub struct ServerError {
 
 /// Every failure of the backend. Messages never carry a password: the HTTP client redacts it
 /// from anything the server sends back, and nothing else ever formats it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Error {
     InvalidConfig(String),
     InvalidInput(String),

@@ -304,7 +304,7 @@ impl FromRow for Newest {
 
 /// What an `update` reads before it claims (`Statements::log_outlook`): the newest generation
 /// (generation 0 when the id was never locked) and the stored state.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Outlook {
     pub newest: Newest,
     pub stored: Option<StoredTuple>,
@@ -333,7 +333,7 @@ fn stored_tuples(row: &mut Row) -> Result<Vec<StoredTuple>> {
 }
 
 /// One claim on a generation as its read-back sees it (`Statements::log_claims`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Claim {
     pub owner: String,
     pub at_ms: u64,

@@ -701,7 +701,7 @@ impl StateRow<'_> {
 /// `previous_until` (`u64::MAX`: no such check); and the stored version is still
 /// `expected_version` (what the write merged into: 0 for none). `lock::fenced::admits` is the
 /// same rule in Rust.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Guard {
     pub state_id: String,
     pub generation: u64,

@@ -6,13 +6,11 @@ use serde_json::{Map, Value};
 
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
-use crate::exec::Level;
 use crate::exec::{Exec, Host};
 use crate::glob;
 use crate::http::Transport;
-use crate::lock::update::{self, Prepared, Written};
-use crate::lock::{self, LockHandle, Locks, StoredRow};
-use crate::merge::merge;
+use crate::lock::update::merged;
+use crate::lock::{self, LockHandle, Locks};
 use crate::rows;
 use crate::sql::{Query, StateRow};
 
@@ -70,19 +68,19 @@ impl<T: Transport, H: Host> Store<T, H> {
     /// Takes the lock of `state_id` (see `lock`).
     pub fn acquire_lock(&self, state_id: &str) -> Result<LockHandle> {
         validate_state_id(state_id)?;
-        update::release_kept(&self.exec, &self.locks, state_id)?;
+        lock::release_kept(&self.exec, &self.locks, state_id)?;
         lock::acquire(&self.exec, &self.locks, state_id)
     }
 
     /// Releases the grants `update` kept that were idle for `lock_linger_seconds`; returns
     /// when to call again (unix ms), or `None` when nothing is kept.
     pub fn idle(&self) -> Result<Option<u64>> {
-        update::idle(&self.exec, &self.locks, false)
+        lock::idle(&self.exec, &self.locks, false)
     }
 
     /// Releases every grant `update` kept (the host calls this when it is done with the store).
     pub fn close(&self) -> Result<()> {
-        update::idle(&self.exec, &self.locks, true).map(drop)
+        lock::idle(&self.exec, &self.locks, true).map(drop)
     }
 
     pub fn renew_lock(&self, lock: &mut LockHandle) -> Result<()> {
@@ -136,114 +134,13 @@ impl<T: Transport, H: Host> Store<T, H> {
             let released = lock::release(&self.exec, &self.locks, &held);
             return result.and(released);
         }
-        let deadline = self
-            .exec
-            .host
-            .now_ms()
-            .saturating_add(self.exec.config.lock_timeout_ms);
-        let mut wait = lock::wait::Wait::default();
-        loop {
-            let holder = match update::prepare(&self.exec, &self.locks, &state.state_id)? {
-                Prepared::Held(holder) => holder,
-                Prepared::Ready(mut ready) => {
-                    match self.write_merged(&mut ready, state, &partial, &completed) {
-                        Ok(Ok(written)) => {
-                            return update::keep(&self.exec, &self.locks, ready, written);
-                        }
-                        // The grant is not this update's: wait as for any holder, then take
-                        // the lock anew.
-                        Ok(Err(holder)) => holder,
-                        Err(e) => {
-                            update::abandon(&self.exec, &self.locks, ready);
-                            return Err(e);
-                        }
-                    }
-                }
-            };
-            let id = &state.state_id;
-            lock::pause(&self.exec, &self.locks, id, deadline, &mut wait, holder)?;
-        }
-    }
-
-    /// Merges the update into the grant's basis and writes it through the guard; when the
-    /// guard refuses because the stored state changed, merges into what is stored now and
-    /// tries again. Returns what was written, or who has the lock when the grant is not this
-    /// update's.
-    fn write_merged(
-        &self,
-        ready: &mut update::Ready,
-        state: &State,
-        partial: &Map<String, Value>,
-        completed: &Map<String, Value>,
-    ) -> Result<std::result::Result<StoredRow, LockInfo>> {
-        // Each refusal means someone wrote the id without its lock in between: a few are
-        // possible, an endless stream is not something to chase.
-        for _ in 0..4 {
-            let basis = ready.basis.clone().map(|(partial, completed, version)| {
-                let state = State {
-                    state_id: state.state_id.clone(),
-                    partial: or_empty(partial),
-                    completed: or_empty(completed),
-                };
-                (state, version)
-            });
-            let stored_version = basis.as_ref().map_or(0, |(_, v)| *v);
-            let to_write = merged(state, partial.clone(), completed.clone(), basis);
-            // Above the lease only when something stored is newer than the lease (a writer
-            // whose clock is ahead): the guard checks the grant in the log, as `write_version`
-            // does with a read.
-            let version = match lock::propose_version(
-                &ready.handle,
-                self.exec.host.now_ms(),
-                stored_version,
-            )? {
-                lock::Proposed::Within(v) | lock::Proposed::AboveLease(v) => v,
-            };
-            let handle = ready.handle.clone();
-            let written = lock::within_lease(&self.exec, &handle, || {
-                update::write(
-                    &self.exec,
-                    ready,
-                    &to_write.partial,
-                    &to_write.completed,
-                    version,
-                )
-            })?;
-            match written {
-                Written::Done => {
-                    lock::confirm_write(&self.exec, &ready.handle)?;
-                    return Ok(Ok((
-                        Some(to_write.partial),
-                        Some(to_write.completed),
-                        version,
-                    )));
-                }
-                Written::Stale => {
-                    self.exec.host.log(
-                        Level::Debug,
-                        &format!(
-                            "the state of {:?} changed since it was read; merging again",
-                            state.state_id
-                        ),
-                    );
-                }
-                Written::Lost(holder) => {
-                    self.exec.host.log(
-                        Level::Info,
-                        &format!(
-                            "the update of {:?} lost its grant to {} (token {}); taking the lock again",
-                            state.state_id, holder.owner, holder.token
-                        ),
-                    );
-                    return Ok(Err(holder));
-                }
-            }
-        }
-        Err(Error::LockLost(format!(
-            "the state of {:?} kept changing under its lock (something writes it without the \
-             lock); the update was not written",
-            state.state_id
-        )))
+        lock::drive::update(
+            &self.exec,
+            &self.locks,
+            &state.state_id,
+            &state.partial,
+            &state.completed,
+        )
     }
 
     fn update_locked(
@@ -255,7 +152,13 @@ impl<T: Transport, H: Host> Store<T, H> {
     ) -> Result<()> {
         let stored = self.get_versioned(&state.state_id)?;
         let stored_version = stored.as_ref().map_or(0, |(_, v)| *v);
-        let to_write = merged(state, partial, completed, stored);
+        let stored = stored.map(|(s, v)| (Some(s.partial), Some(s.completed), v));
+        let (partial, completed) = merged(partial, completed, stored);
+        let to_write = State {
+            state_id: state.state_id.clone(),
+            partial,
+            completed,
+        };
         let version = lock::write_version(&self.exec, lock, stored_version)?;
         self.write(std::slice::from_ref(&to_write), version)?;
         lock::confirm_write(&self.exec, lock)
@@ -294,7 +197,7 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn clear(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
-        update::release_kept(&self.exec, &self.locks, state_id)?;
+        lock::release_kept(&self.exec, &self.locks, state_id)?;
         let mut held = lock::acquire(&self.exec, &self.locks, state_id)?;
         let result = self.clear_locked(&mut held);
         let released = lock::release(&self.exec, &self.locks, &held);
@@ -432,39 +335,6 @@ impl<T: Transport, H: Host> Store<T, H> {
     }
 }
 
-/// Meltano's update of `stored` by `state` (whose parts are parsed as `partial` and
-/// `completed`): a partial state merges into the stored partial and keeps the stored completed;
-/// a complete state replaces everything and resets the partial.
-fn merged(
-    state: &State,
-    partial: Map<String, Value>,
-    completed: Map<String, Value>,
-    stored: Option<(State, u64)>,
-) -> State {
-    match stored {
-        Some((stored, _)) if completed.is_empty() => {
-            let mut merged =
-                parse_object(&stored.partial, "stored partial state").unwrap_or_default();
-            merge(partial, &mut merged);
-            State {
-                state_id: state.state_id.clone(),
-                partial: Value::Object(merged).to_string(),
-                completed: stored.completed,
-            }
-        }
-        _ if !completed.is_empty() => State {
-            state_id: state.state_id.clone(),
-            partial: "{}".into(),
-            completed: Value::Object(completed).to_string(),
-        },
-        _ => State {
-            state_id: state.state_id.clone(),
-            partial: Value::Object(partial).to_string(),
-            completed: "{}".into(),
-        },
-    }
-}
-
 fn validate_size(state: &State) -> Result<()> {
     let size = state.partial.len() + state.completed.len();
     if size > MAX_STATE_BYTES {
@@ -522,7 +392,7 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
-fn or_empty(part: Option<String>) -> String {
+pub(crate) fn or_empty(part: Option<String>) -> String {
     // JSON's whitespace is ASCII; `trim_ascii` looks at the ends only (`trim`'s Unicode
     // predicate showed up in the profile of a 100k-state `get-all`).
     match part {

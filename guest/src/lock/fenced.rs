@@ -30,7 +30,7 @@ use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
 use crate::rows;
-pub use crate::rows::{Claim, Newest};
+pub use crate::rows::{Claim, Newest, Outlook};
 pub use crate::sql::Guard;
 
 /// Old generations are pruned once in this many grants.
@@ -54,6 +54,12 @@ impl Newest {
             && self.owner == claim.owner
             && self.released == 0
             && self.forced == 0
+    }
+
+    /// Whether `lock`, a confirmed grant, is still the newest generation, neither released nor
+    /// forced open.
+    pub fn still_held_by(&self, lock: &LockHandle) -> bool {
+        self.generation == lock.token && self.forced == 0 && self.released == 0
     }
 
     /// The lowest version the next grant may write: above anything this grant could write.
@@ -152,15 +158,95 @@ pub fn near_lease_end(now_ms: u64, lease_until_ms: u64, lease_ms: u64) -> bool {
     now_ms.saturating_add(lease_margin_ms(lease_ms)) >= lease_until_ms
 }
 
-#[derive(Serialize)]
-struct LogRow<'a> {
-    state_id: &'a str,
-    generation: u64,
-    event: &'a str,
-    owner: &'a str,
-    at_ms: u64,
-    until_ms: u64,
-    floor_ms: u64,
+/// What a row of the lock log records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Event {
+    Acquire,
+    Renew,
+    Release,
+    Force,
+}
+
+/// One row of the lock log.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct LogEntry {
+    pub state_id: String,
+    pub generation: u64,
+    pub event: Event,
+    pub owner: String,
+    pub at_ms: u64,
+    pub until_ms: u64,
+    pub floor_ms: u64,
+}
+
+impl LogEntry {
+    /// The row's deduplication token: it names the logical event, so that a retry lands once,
+    /// and two contenders for one generation share `acquire/<g>/<id>`.
+    pub fn token(&self) -> String {
+        let (g, id, owner) = (self.generation, &self.state_id, &self.owner);
+        match self.event {
+            Event::Acquire => format!("acquire/{g}/{id}"),
+            Event::Renew => format!("renew/{g}/{}/{owner}/{id}", self.until_ms),
+            Event::Release => format!("release/{g}/{owner}/{id}"),
+            Event::Force => format!("force/{g}/{owner}/{id}"),
+        }
+    }
+}
+
+/// A claim on the generation after `current` (which must be free), by `owner`, at `now_ms`:
+/// the grant it asks for, not yet decided.
+pub fn claim_handle(
+    state_id: &str,
+    current: &Newest,
+    now_ms: u64,
+    lease_ms: u64,
+    owner: String,
+) -> LockHandle {
+    LockHandle {
+        state_id: state_id.to_string(),
+        owner,
+        token: current.generation + 1,
+        acquired_at_ms: now_ms,
+        lease_until_ms: now_ms.saturating_add(lease_ms),
+        floor_ms: current.next_floor(),
+        last_written_ms: 0,
+        mode: LockMode::Fenced,
+    }
+}
+
+/// The log row of a lock's event at `at_ms`: its claim, a renewal to `until_ms`, its release
+/// (whose cap is the highest version its holder may have written).
+pub fn entry(lock: &LockHandle, event: Event, at_ms: u64) -> LogEntry {
+    let until_ms = match event {
+        Event::Acquire | Event::Renew => lock.lease_until_ms,
+        // The release cap: no version above what this grant wrote will come from it.
+        Event::Release => lock.last_written_ms,
+        Event::Force => 0,
+    };
+    LogEntry {
+        state_id: lock.state_id.clone(),
+        generation: lock.token,
+        event,
+        owner: lock.owner.clone(),
+        at_ms,
+        until_ms,
+        floor_ms: lock.floor_ms,
+    }
+}
+
+/// The newest generation as it is once `lock` is released: what the next claim follows.
+pub fn released(lock: &LockHandle) -> Newest {
+    Newest {
+        generation: lock.token,
+        owner: lock.owner.clone(),
+        acquired_at_ms: lock.acquired_at_ms,
+        lease_until_ms: lock.lease_until_ms,
+        floor_ms: lock.floor_ms,
+        released: 1,
+        release_cap_ms: lock.last_written_ms,
+        forced: 0,
+    }
 }
 
 pub(crate) fn newest<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Newest> {
@@ -169,11 +255,12 @@ pub(crate) fn newest<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -
         .unwrap_or_default())
 }
 
-fn append<T: Transport, H: Host>(exec: &Exec<T, H>, row: &LogRow<'_>, token: &str) -> Result<()> {
-    let mut data = serde_json::to_vec(row)
+pub(crate) fn append<T: Transport, H: Host>(exec: &Exec<T, H>, entry: &LogEntry) -> Result<()> {
+    let mut data = serde_json::to_vec(entry)
         .map_err(|e| Error::InvalidInput(format!("cannot encode a lock row: {e}")))?;
     data.push(b'\n');
-    exec.run(&exec.sql.log_insert(data, token)).map(drop)
+    exec.run(&exec.sql.log_insert(data, &entry.token()))
+        .map(drop)
 }
 
 pub(crate) fn attempt<T: Transport, H: Host>(
@@ -182,14 +269,14 @@ pub(crate) fn attempt<T: Transport, H: Host>(
     state_id: &str,
 ) -> Result<Attempt> {
     // A claim of ours whose read-back failed may have won: the log says whether it did.
-    let doubt = locks.in_doubt.borrow_mut().remove(state_id);
+    let doubt = locks.with(state_id, |m| m.doubt.take());
     if let Some(doubt) = doubt {
         return resolve_doubt(exec, locks, state_id, doubt);
     }
     // Fast path: this instance released the newest generation itself (Meltano's pattern: one
     // process, one state id, an update per STATE message), so claim the next one without
     // reading first. If anyone else got there, the claim loses and the full path runs.
-    let last = locks.released.borrow_mut().remove(state_id);
+    let last = locks.with(state_id, |m| m.released.take());
     if let Some(last) = last
         && let granted @ Attempt::Granted(..) = claim(exec, locks, state_id, &last)?
     {
@@ -237,13 +324,11 @@ fn claim<T: Transport, H: Host>(
                 acquired_at_ms: now,
                 expires_at_ms: lease_until,
             };
-            locks.in_doubt.borrow_mut().insert(
-                state_id.to_string(),
-                Doubt {
-                    handle,
-                    followed: current.clone(),
-                },
-            );
+            let doubt = Doubt {
+                handle,
+                followed: current.clone(),
+            };
+            locks.with(state_id, |m| m.doubt = Some(doubt));
             return Ok(Attempt::Held(info));
         }
         Err(e) => return Err(e),
@@ -313,33 +398,15 @@ pub(crate) fn append_claim<T: Transport, H: Host>(
     current: &Newest,
 ) -> Result<LockHandle> {
     let now = exec.host.now_ms();
-    let generation = current.generation + 1;
-    let owner = exec.new_token();
-    let lease_until = now.saturating_add(exec.config.lock_lease_ms);
-    let floor = current.next_floor();
-    append(
-        exec,
-        &LogRow {
-            state_id,
-            generation,
-            event: "acquire",
-            owner: &owner,
-            at_ms: now,
-            until_ms: lease_until,
-            floor_ms: floor,
-        },
-        &format!("acquire/{generation}/{state_id}"),
-    )?;
-    Ok(LockHandle {
-        state_id: state_id.to_string(),
-        owner,
-        token: generation,
-        acquired_at_ms: now,
-        lease_until_ms: lease_until,
-        floor_ms: floor,
-        last_written_ms: 0,
-        mode: LockMode::Fenced,
-    })
+    let handle = claim_handle(
+        state_id,
+        current,
+        now,
+        exec.config.lock_lease_ms,
+        exec.new_token(),
+    );
+    append(exec, &entry(&handle, Event::Acquire, now))?;
+    Ok(handle)
 }
 
 /// Whether a claim in doubt won, once the log can be read: `None` when it is not the open newest
@@ -370,12 +437,7 @@ fn resolve_doubt<T: Transport, H: Host>(
     state_id: &str,
     doubt: Doubt,
 ) -> Result<Attempt> {
-    let keep = |doubt: Doubt| {
-        locks
-            .in_doubt
-            .borrow_mut()
-            .insert(state_id.to_string(), doubt);
-    };
+    let keep = |doubt: Doubt| locks.with(state_id, |m| m.doubt = Some(doubt));
     let current = match newest(exec, state_id) {
         Ok(current) => current,
         Err(e) => {
@@ -428,7 +490,7 @@ pub(crate) fn withdraw_doubt<T: Transport, H: Host>(
     locks: &Locks,
     state_id: &str,
 ) {
-    let Some(doubt) = locks.in_doubt.borrow_mut().remove(state_id) else {
+    let Some(doubt) = locks.with(state_id, |m| m.doubt.take()) else {
         return;
     };
     let outcome = newest(exec, state_id)
@@ -456,68 +518,15 @@ pub(crate) fn release<T: Transport, H: Host>(
     locks: &Locks,
     lock: &LockHandle,
 ) -> Result<()> {
-    let now = exec.host.now_ms();
-    append(
-        exec,
-        &LogRow {
-            state_id: &lock.state_id,
-            generation: lock.token,
-            event: "release",
-            owner: &lock.owner,
-            at_ms: now,
-            // The release cap: no version above what this grant wrote will come from it.
-            until_ms: lock.last_written_ms,
-            floor_ms: lock.floor_ms,
-        },
-        &format!("release/{}/{}/{}", lock.token, lock.owner, lock.state_id),
-    )?;
-    locks.released.borrow_mut().insert(
-        lock.state_id.clone(),
-        Newest {
-            generation: lock.token,
-            owner: lock.owner.clone(),
-            acquired_at_ms: lock.acquired_at_ms,
-            lease_until_ms: lock.lease_until_ms,
-            floor_ms: lock.floor_ms,
-            released: 1,
-            release_cap_ms: lock.last_written_ms,
-            forced: 0,
-        },
-    );
+    append(exec, &entry(lock, Event::Release, exec.host.now_ms()))?;
+    locks.with(&lock.state_id, |m| m.released = Some(released(lock)));
     Ok(())
 }
 
+/// Renews `lock`'s lease to `until_ms` (see `update::Renewal`, whose steps this runs).
 pub(crate) fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHandle) -> Result<()> {
-    let now = exec.host.now_ms();
-    // Renewing at the last moment could race a contender that already saw the lease end.
-    if near_lease_end(now, lock.lease_until_ms, exec.config.lock_lease_ms) {
-        return Err(lost(lock, "its lease ended before it was renewed"));
-    }
-    confirm_held(exec, lock)?;
-    let until = now.saturating_add(exec.config.lock_lease_ms);
-    append(
-        exec,
-        &LogRow {
-            state_id: &lock.state_id,
-            generation: lock.token,
-            event: "renew",
-            owner: &lock.owner,
-            at_ms: now,
-            until_ms: until,
-            floor_ms: lock.floor_ms,
-        },
-        &format!(
-            "renew/{}/{}/{}/{}",
-            lock.token, until, lock.owner, lock.state_id
-        ),
-    )?;
-    // The renew row can land after the lease ended and a contender took the next generation
-    // (this holder stalled, or its clock is behind). Adopting the new lease then would let
-    // this holder's writes inside it skip the log check and overwrite the newer holder's
-    // state; so the lease moves only if the grant is still the newest after the row landed.
-    confirm_held(exec, lock)?;
-    lock.lease_until_ms = until;
-    Ok(())
+    let until = exec.host.now_ms().saturating_add(exec.config.lock_lease_ms);
+    super::drive::renew(exec, lock, until)
 }
 
 pub(crate) fn info<T: Transport, H: Host>(
@@ -538,20 +547,16 @@ pub(crate) fn force_unlock<T: Transport, H: Host>(
     if current.is_free(now) {
         return Ok(false);
     }
-    let operator = exec.new_token();
-    append(
-        exec,
-        &LogRow {
-            state_id,
-            generation: current.generation,
-            event: "force",
-            owner: &operator,
-            at_ms: now,
-            until_ms: 0,
-            floor_ms: 0,
-        },
-        &format!("force/{}/{operator}/{state_id}", current.generation),
-    )?;
+    let operator = LogEntry {
+        state_id: state_id.to_string(),
+        generation: current.generation,
+        event: Event::Force,
+        owner: exec.new_token(),
+        at_ms: now,
+        until_ms: 0,
+        floor_ms: 0,
+    };
+    append(exec, &operator)?;
     exec.host.log(
         Level::Warn,
         &format!(
@@ -567,14 +572,13 @@ pub(crate) fn confirm_held<T: Transport, H: Host>(
     exec: &Exec<T, H>,
     lock: &LockHandle,
 ) -> Result<()> {
-    let current = newest(exec, &lock.state_id)?;
-    if current.generation != lock.token || current.forced != 0 || current.released != 0 {
+    if !newest(exec, &lock.state_id)?.still_held_by(lock) {
         return Err(lost(lock, "a later holder has it, or it was forced open"));
     }
     Ok(())
 }
 
-fn lost(lock: &LockHandle, why: &str) -> Error {
+pub(crate) fn lost(lock: &LockHandle, why: &str) -> Error {
     Error::LockLost(format!(
         "the lock on {:?} (token {}) is no longer held: {why}",
         lock.state_id, lock.token

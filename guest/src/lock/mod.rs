@@ -10,6 +10,7 @@
 //! host's sleep ([`wait`]: `lock_retry_seconds`, longer while others win the hand-offs) until
 //! `lock_timeout_seconds`.
 
+pub mod drive;
 pub mod fenced;
 pub mod settle;
 pub mod update;
@@ -24,7 +25,7 @@ use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
 
 /// A granted lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LockHandle {
     pub state_id: String,
     /// Who holds it: a random id per grant.
@@ -43,23 +44,96 @@ pub struct LockHandle {
 
 /// A claim whose read-back failed, and the generation it followed: whether it won is decided by
 /// the same rule as a read-back's (`fenced::decide_claim`), once the log can be read.
-#[derive(Debug, Clone)]
-pub(crate) struct Doubt {
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Doubt {
     pub handle: LockHandle,
     pub followed: fenced::Newest,
 }
 
-/// What the lock remembers of this instance between calls.
+/// A grant kept between updates (linger), with the state its last write stored.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Kept {
+    pub handle: LockHandle,
+    pub basis: Option<StoredRow>,
+    pub last_used_ms: u64,
+}
+
+/// What the lock remembers of one state id between calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Memory {
+    /// The grant `update` kept for the next update (linger).
+    pub kept: Option<Kept>,
+    /// The generation this instance released last: the next claim follows it without reading
+    /// first.
+    pub released: Option<fenced::Newest>,
+    /// A claim whose fate is unknown (its read-back or a write under it failed): the claim may
+    /// have won, so the next try looks in the log whether it did (see `fenced`).
+    pub doubt: Option<Doubt>,
+    /// The state this instance last wrote under a grant it then released: the basis of the
+    /// next claim's first write (the guard refuses it if it is stale).
+    pub last_written: Option<StoredRow>,
+}
+
+impl Memory {
+    fn is_empty(&self) -> bool {
+        self == &Memory::default()
+    }
+}
+
+/// What the lock remembers of this instance between calls, per state id.
 #[derive(Default)]
 pub struct Locks {
-    /// The generations this instance released last, per state id: the next acquire of the same
-    /// id tries to claim the following generation without reading first.
-    pub(crate) released: RefCell<HashMap<String, fenced::Newest>>,
-    /// Claims this instance made whose read-back failed, per state id: the claim may have won,
-    /// so the next try looks in the log whether it did (see `fenced`).
-    pub(crate) in_doubt: RefCell<HashMap<String, Doubt>>,
-    /// Grants kept between updates, and the state written last (see `update`).
-    pub(crate) update: RefCell<update::Memory>,
+    ids: RefCell<HashMap<String, Memory>>,
+}
+
+impl Locks {
+    /// Takes what is remembered of `state_id` (the caller puts back what is left).
+    pub(crate) fn take(&self, state_id: &str) -> Memory {
+        self.ids.borrow_mut().remove(state_id).unwrap_or_default()
+    }
+
+    pub(crate) fn put(&self, state_id: &str, memory: Memory) {
+        if memory.is_empty() {
+            self.ids.borrow_mut().remove(state_id);
+        } else {
+            self.ids.borrow_mut().insert(state_id.to_string(), memory);
+        }
+    }
+
+    /// Changes what is remembered of `state_id`.
+    pub(crate) fn with<R>(&self, state_id: &str, f: impl FnOnce(&mut Memory) -> R) -> R {
+        let mut memory = self.take(state_id);
+        let result = f(&mut memory);
+        self.put(state_id, memory);
+        result
+    }
+
+    /// Takes the kept grants idle since `before_ms` (all of them with `None`).
+    pub(crate) fn take_kept(&self, before_ms: Option<u64>) -> Vec<Kept> {
+        let ids: Vec<String> = self
+            .ids
+            .borrow()
+            .iter()
+            .filter(|(_, m)| {
+                m.kept
+                    .as_ref()
+                    .is_some_and(|k| before_ms.is_none_or(|b| k.last_used_ms <= b))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.iter()
+            .filter_map(|id| self.with(id, |m| m.kept.take()))
+            .collect()
+    }
+
+    /// When the earliest kept grant was last used.
+    pub(crate) fn earliest_kept(&self) -> Option<u64> {
+        self.ids
+            .borrow()
+            .values()
+            .filter_map(|m| m.kept.as_ref().map(|k| k.last_used_ms))
+            .min()
+    }
 }
 
 /// A state read together with the grant (see `rows::StoredTuple`).
@@ -203,21 +277,77 @@ pub fn propose_version(lock: &LockHandle, now_ms: u64, stored_ms: u64) -> Result
     })
 }
 
-/// The fenced version for a state write under `lock` (see `fenced` for why this is safe).
+/// The fenced version for a state write under `lock` (see `fenced` for why this is safe),
+/// recorded in the grant before the write is sent: the write may land after its sender gave up,
+/// and the release cap must cover it. A version above the lease is first covered by a renewal
+/// to it (see `update`).
 pub fn write_version<T: Transport, H: Host>(
     exec: &Exec<T, H>,
     lock: &mut LockHandle,
     stored_ms: u64,
 ) -> Result<u64> {
-    let version = match propose_version(lock, exec.host.now_ms(), stored_ms)? {
+    let now = exec.host.now_ms();
+    let version = match propose_version(lock, now, stored_ms)? {
         Proposed::Within(v) => v,
         Proposed::AboveLease(v) => {
-            fenced::confirm_held(exec, lock)?;
+            let until = now.saturating_add(exec.config.lock_lease_ms).max(v);
+            drive::renew(exec, lock, until)?;
             v
         }
     };
     lock.last_written_ms = lock.last_written_ms.max(version);
     Ok(version)
+}
+
+/// Releases the grants `update` kept that were idle for the linger (all of them with `all`);
+/// returns when the next one falls due, if any is left.
+pub fn idle<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    locks: &Locks,
+    all: bool,
+) -> Result<Option<u64>> {
+    let now = exec.host.now_ms();
+    let linger = exec.config.lock_linger_ms;
+    let due = locks.take_kept((!all).then(|| now.saturating_sub(linger)));
+    let mut first_error = None;
+    for kept in due {
+        if let Err(e) = release_kept_grant(exec, locks, kept) {
+            exec.host.log(
+                Level::Warn,
+                &format!("releasing a kept lock failed; it ends with its lease: {e}"),
+            );
+            first_error.get_or_insert(e);
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    Ok(locks.earliest_kept().map(|t| t.saturating_add(linger)))
+}
+
+/// Releases the kept grant of one id, if any (before the instance takes its lock another way).
+pub fn release_kept<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    locks: &Locks,
+    state_id: &str,
+) -> Result<()> {
+    match locks.with(state_id, |m| m.kept.take()) {
+        Some(kept) => release_kept_grant(exec, locks, kept),
+        None => Ok(()),
+    }
+}
+
+/// Releases a kept grant, remembering what it wrote last for the next claim's basis.
+fn release_kept_grant<T: Transport, H: Host>(
+    exec: &Exec<T, H>,
+    locks: &Locks,
+    kept: Kept,
+) -> Result<()> {
+    fenced::release(exec, locks, &kept.handle)?;
+    if let Some(written) = kept.basis {
+        locks.with(&kept.handle.state_id, |m| m.last_written = Some(written));
+    }
+    Ok(())
 }
 
 /// Call after a write under `lock` was acknowledged. Near or past the lease's end, a contender

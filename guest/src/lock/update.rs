@@ -1,4 +1,5 @@
-//! The lock side of `update` in fenced mode: one round trip per update in steady state.
+//! The fenced lock's `update`, as a sans-IO state machine: one round trip per update in steady
+//! state.
 //!
 //! An update needs the lock, the stored state, and a write. Done one step at a time that is
 //! four round trips (claim, read back, write, release). Here:
@@ -6,56 +7,240 @@
 //! - **Guarded writes.** The state write is an `INSERT ... SELECT ... FROM <lock log> HAVING
 //!   guard`: the server writes the row only if the grant is the newest generation, claimed by this
 //!   owner alone, neither released nor forced, and the stored version is still the one the update
-//!   merged into (see [`Guard`]; [`fenced::admits`] is the same rule in Rust, which the model
-//!   runs). `written_rows` says whether it wrote. The first write of a claim thereby also confirms
-//!   the claim (the read-back's rule: the second of two contenders to check sees the other), so a
-//!   first update is three round trips: read the newest generation with the state, claim, write.
+//!   merged into (see [`Guard`]; [`fenced::admits`] is the same rule in Rust). `written_rows` says
+//!   whether it wrote. The first write of a claim thereby also confirms the claim (the
+//!   read-back's rule: the second of two contenders to check sees the other), so a first update
+//!   is three round trips: read the newest generation with the state, claim, write.
 //! - **Linger.** With `lock_linger_seconds`, the grant is kept after the update, with the
 //!   state it wrote. The next update of the id merges into that state locally and sends one
 //!   guarded write. A stale cache (someone wrote or deleted meanwhile) or a lost grant (forced
 //!   open) makes the guard refuse: the update then reads what is there and tries again, or
 //!   takes the lock anew. The lease is renewed once past its half; the host calls `idle` so
 //!   that a grant idle for the linger is released, and `close` at exit.
+//! - **Fencing.** Every write is at a version within the grant's lease, and the grant records
+//!   the version before the write is sent: the write may land after its sender gave up (the
+//!   server finishes an insert its client left), so the release cap must cover it. A version
+//!   above the lease (something stored is newer than the lease) is first covered by a renewal
+//!   to it, and nothing is written once a contender may see the lease ended.
 //!
 //! A refused write is never silent: its outcome is read back before anything is reported.
+//!
+//! The machine does no IO: it says what to send ([`Step::Send`]), when to pause and when it is
+//! done, and takes the answers ([`Update::answer`]); time, tokens and the log come from an
+//! [`Env`]. The component drives it over HTTP (`lock::drive`); the model (`model/`) drives the
+//! very same type through its simulated ClickHouse.
 
-use std::collections::HashMap;
+use serde_json::{Map, Value};
 
-use super::fenced::{self, ClaimOutcome, Newest};
-use super::{Doubt, LockHandle, Locks, StoredRow};
+use super::fenced::{self, ClaimOutcome, Event, LogEntry, Newest, Outlook};
+use super::wait::Wait;
+use super::{Doubt, Kept, LockHandle, Memory, Proposed, StoredRow, propose_version};
+use crate::config::Config;
 use crate::error::{Error, LockInfo, Result};
-use crate::exec::{Exec, Host, Level};
-use crate::http::Transport;
-use crate::rows::{self, Claim, Outlook};
-use crate::sql::{Guard, StateRow};
+use crate::exec::Level;
+use crate::merge::merge;
+use crate::rows::Claim;
+use crate::sql::Guard;
 
-/// A grant kept between updates, with the state its last write stored.
-#[derive(Debug, Clone)]
-pub(crate) struct Kept {
-    pub handle: LockHandle,
-    pub basis: Option<StoredRow>,
-    pub last_used_ms: u64,
+/// What the protocol asks of its surroundings besides the statements: time, tokens, a log.
+pub trait Env {
+    fn now_ms(&self) -> u64;
+    /// A fresh unique id (owners of claims, deduplication tokens of state writes).
+    fn new_token(&mut self) -> String;
+    fn random(&mut self) -> u64;
+    fn log(&mut self, level: Level, message: &str);
 }
 
-/// What the lock remembers for updates, per state id.
-#[derive(Default)]
-pub(crate) struct Memory {
-    /// Grants kept for the next update (linger).
-    pub kept: HashMap<String, Kept>,
-    /// The state this instance last wrote under a grant it then released: the basis of the
-    /// next claim's first write (the guard refuses it if it is stale).
-    pub last_written: HashMap<String, StoredRow>,
+/// The lock's timings, from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limits {
+    pub lease_ms: u64,
+    pub timeout_ms: u64,
+    pub retry_ms: u64,
+    pub linger_ms: u64,
+}
+
+impl Limits {
+    pub fn of(config: &Config) -> Self {
+        Limits {
+            lease_ms: config.lock_lease_ms,
+            timeout_ms: config.lock_timeout_ms,
+            retry_ms: config.lock_retry_ms,
+            linger_ms: config.lock_linger_ms,
+        }
+    }
+}
+
+/// A statement the protocol sends (`lock::drive` turns each into SQL).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Statement {
+    /// The newest generation of the id with the stored state (`log_outlook`).
+    ReadOutlook { state_id: String },
+    /// The newest generation of the id (`log_state`).
+    ReadNewest { state_id: String },
+    /// The claims on a generation, with the stored state (`log_claims`).
+    ReadClaims { state_id: String, generation: u64 },
+    /// A row appended to the lock log, under its token (`log_insert`).
+    Append(LogEntry),
+    /// A state row written only if the guard holds (`write_guarded`).
+    WriteGuarded {
+        partial: String,
+        completed: String,
+        version_ms: u64,
+        guard: Guard,
+        token: String,
+    },
+}
+
+/// The answer to a statement, or to a pause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Outlook(Outlook),
+    Newest(Newest),
+    Claims(Vec<Claim>),
+    Appended,
+    /// How many rows a guarded write wrote (`None`: the server did not say).
+    Written(Option<u64>),
+    /// The pause is over.
+    Resumed,
+    /// The statement failed (after the driver's retries): it may or may not have landed.
+    Failed(Error),
+}
+
+/// What the protocol wants next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Send this, with no retry starting after `retry_until_ms` (a write under a lock does not
+    /// try again once a contender may see the lease ended), and give back its answer.
+    Send {
+        statement: Statement,
+        retry_until_ms: Option<u64>,
+    },
+    /// Sleep this many milliseconds, then answer [`Answer::Resumed`].
+    Pause(u64),
+    Done(Result<()>),
+}
+
+impl Step {
+    fn send(statement: Statement) -> Step {
+        Step::Send {
+            statement,
+            retry_until_ms: None,
+        }
+    }
+}
+
+/// A renewal of a confirmed grant's lease: check that the grant is still the newest, append the
+/// renew row, and check again before adopting the new lease. The row can land after the lease
+/// ended and a contender took the next generation (this holder stalled, or its clock is
+/// behind); adopting the new lease then would let this holder's writes inside it skip the log
+/// check and overwrite the newer holder's state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Renewal {
+    lock: LockHandle,
+    until_ms: u64,
+    stage: RenewStage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum RenewStage {
+    Check,
+    Append,
+    Confirm,
+}
+
+/// Where a renewal is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renewing {
+    Send(Statement),
+    /// The lock with its new lease.
+    Renewed(LockHandle),
+    /// `lock-lost` (the log says the grant is not held), or the failure of a statement.
+    Failed(Error, LockHandle),
+}
+
+impl Renewal {
+    /// Starts renewing `lock` to `until_ms` at `now_ms`: refused when too close to the lease
+    /// end, where renewing could race a contender that already saw the lease end.
+    pub fn start(
+        lock: LockHandle,
+        until_ms: u64,
+        now_ms: u64,
+        lease_ms: u64,
+    ) -> (Renewal, Renewing) {
+        if fenced::near_lease_end(now_ms, lock.lease_until_ms, lease_ms) {
+            let error = fenced::lost(&lock, "its lease ended before it was renewed");
+            let renewal = Renewal {
+                lock: lock.clone(),
+                until_ms,
+                stage: RenewStage::Check,
+            };
+            return (renewal, Renewing::Failed(error, lock));
+        }
+        let read = Statement::ReadNewest {
+            state_id: lock.state_id.clone(),
+        };
+        let renewal = Renewal {
+            lock,
+            until_ms,
+            stage: RenewStage::Check,
+        };
+        (renewal, Renewing::Send(read))
+    }
+
+    pub fn answer(self, answer: Answer, now_ms: u64) -> (Renewal, Renewing) {
+        let Renewal {
+            mut lock,
+            until_ms,
+            stage,
+        } = self;
+        let read = Statement::ReadNewest {
+            state_id: lock.state_id.clone(),
+        };
+        let lost =
+            |lock: &LockHandle| fenced::lost(lock, "a later holder has it, or it was forced open");
+        let (stage, next) = match (stage, answer) {
+            (RenewStage::Check, Answer::Newest(n)) if n.still_held_by(&lock) => {
+                let mut renewed = lock.clone();
+                renewed.lease_until_ms = until_ms;
+                let row = fenced::entry(&renewed, Event::Renew, now_ms);
+                (RenewStage::Append, Renewing::Send(Statement::Append(row)))
+            }
+            (RenewStage::Append, Answer::Appended) => (RenewStage::Confirm, Renewing::Send(read)),
+            (RenewStage::Confirm, Answer::Newest(n)) if n.still_held_by(&lock) => {
+                lock.lease_until_ms = until_ms;
+                (stage, Renewing::Renewed(lock.clone()))
+            }
+            (_, Answer::Failed(e)) => (stage, Renewing::Failed(e, lock.clone())),
+            (_, Answer::Newest(_)) => (stage, Renewing::Failed(lost(&lock), lock.clone())),
+            (_, other) => (stage, Renewing::Failed(unexpected(&other), lock.clone())),
+        };
+        (
+            Renewal {
+                lock,
+                until_ms,
+                stage,
+            },
+            next,
+        )
+    }
+}
+
+fn unexpected(answer: &Answer) -> Error {
+    Error::InvalidInput(format!(
+        "the lock protocol got an answer it did not ask for: {answer:?}"
+    ))
 }
 
 /// A grant an update may write under.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Ready {
     pub handle: LockHandle,
     /// The state the write merges into (partial, completed, version), none when none is stored.
     pub basis: Option<StoredRow>,
     /// The generation the claim replaced, while the claim is not yet confirmed (its first
     /// write confirms it); `None` once confirmed.
-    claimed_after: Option<Newest>,
+    pub claimed_after: Option<Newest>,
 }
 
 impl Ready {
@@ -63,7 +248,7 @@ impl Ready {
         self.basis.as_ref().map_or(0, |(_, _, v)| *v)
     }
 
-    fn guard(&self) -> Guard {
+    pub fn guard(&self) -> Guard {
         Guard {
             state_id: self.handle.state_id.clone(),
             generation: self.handle.token,
@@ -82,349 +267,647 @@ impl Ready {
     }
 }
 
-/// What preparing an update found.
-pub enum Prepared {
-    Ready(Ready),
-    /// Another holder has the lock.
-    Held(LockInfo),
+/// What to do once a renewal of the update's grant is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum AfterRenewal {
+    /// A kept grant renewed past half its lease: if lost, claim anew; if it failed, keep it.
+    Resume,
+    /// A renewal covering a version above the lease: if lost, wait and claim anew.
+    Write,
 }
 
-/// The outcome of a guarded write.
-pub enum Written {
-    /// Stored.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    Start,
+    /// A grant too close to its lease end to write under is given back (best effort).
+    HandingBack {
+        kept: Kept,
+    },
+    Renewing {
+        renewal: Renewal,
+        basis: Option<StoredRow>,
+        after: AfterRenewal,
+    },
+    /// Reading the newest generation and the state; `doubt`, a claim of ours whose fate is
+    /// unknown, wins if it is the newest grant.
+    ReadingOutlook {
+        doubt: Option<Doubt>,
+    },
+    /// The claim is on its way.
+    Claiming {
+        ready: Ready,
+    },
+    /// The guarded write of `row` is on its way.
+    Writing {
+        ready: Ready,
+        row: StoredRow,
+    },
+    /// Reading whether the grant is ours and what is stored, after a refused write of
+    /// `attempted` (or before any write, to decide a claim).
+    Rechecking {
+        ready: Ready,
+        attempted: Option<StoredRow>,
+    },
+    /// The write of `row` was acknowledged near the lease end: is the grant still the newest?
+    Confirming {
+        ready: Ready,
+        row: StoredRow,
+    },
+    /// Releasing after the update (no linger).
+    Releasing {
+        handle: LockHandle,
+        row: StoredRow,
+    },
+    /// Releasing after a failure; `error` is what the caller gets.
+    Abandoning {
+        handle: LockHandle,
+        error: Error,
+    },
+    Pausing,
     Done,
-    /// Not stored: the stored state changed since the basis was read; here is what is stored
-    /// now (the grant is confirmed).
-    Stale,
-    /// Not stored: the grant is not (or no longer) this update's.
-    Lost(LockInfo),
 }
 
-/// Finds a grant for an update of `state_id`: the kept one, a claim in doubt that won, or a
-/// new claim (after reading the newest generation with the state, unless this instance
-/// released the newest generation itself).
-pub fn prepare<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    locks: &Locks,
-    state_id: &str,
-) -> Result<Prepared> {
-    let kept = locks.update.borrow_mut().kept.remove(state_id);
-    if let Some(kept) = kept
-        && let Some(ready) = resume(exec, locks, kept)?
-    {
-        return Ok(Prepared::Ready(ready));
+/// One `update` of a state id under the fenced lock.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Update {
+    state_id: String,
+    /// The update's parts: JSON objects (validated by the caller).
+    partial: String,
+    completed: String,
+    limits: Limits,
+    deadline_ms: u64,
+    wait: Wait,
+    /// Refusals because the stored state changed under the grant.
+    refusals: u8,
+    memory: Memory,
+    phase: Phase,
+}
+
+/// Each refusal means someone wrote the id without its lock in between: a few are possible, an
+/// endless stream is not something to chase.
+const MAX_REFUSALS: u8 = 4;
+
+impl Update {
+    /// An update of `state_id` by `partial`/`completed` (JSON object texts), given what the lock
+    /// remembers of the id; it gives up waiting for the lock `limits.timeout_ms` after `now_ms`.
+    pub fn new(
+        state_id: &str,
+        partial: &str,
+        completed: &str,
+        limits: Limits,
+        memory: Memory,
+        now_ms: u64,
+    ) -> Self {
+        Update {
+            state_id: state_id.to_string(),
+            partial: partial.to_string(),
+            completed: completed.to_string(),
+            limits,
+            deadline_ms: now_ms.saturating_add(limits.timeout_ms),
+            wait: Wait::default(),
+            refusals: 0,
+            memory,
+            phase: Phase::Start,
+        }
     }
-    let doubt = locks.in_doubt.borrow_mut().remove(state_id);
-    let now = exec.host.now_ms();
-    let last = locks.released.borrow_mut().remove(state_id);
-    let outlook = match (doubt, last) {
-        (Some(doubt), _) => {
-            let outlook = read_outlook(exec, state_id).inspect_err(|_| {
-                locks
-                    .in_doubt
-                    .borrow_mut()
-                    .insert(state_id.to_string(), doubt.clone());
-            })?;
-            if outlook.newest.is_claim_of(&doubt.handle) && now <= doubt.handle.lease_until_ms {
-                // The claim landed and is the newest grant. Whether it won is left to the
-                // guarded write, which holds it to the read-back rule (every claim on its
-                // generation ours, the one it followed not renewed since): not confirmed yet.
-                exec.host.log(
-                    Level::Info,
+
+    /// What the lock remembers of the id now (give it back to the lock once done).
+    pub fn memory(&self) -> &Memory {
+        &self.memory
+    }
+
+    pub fn into_memory(self) -> Memory {
+        self.memory
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// The first step: the kept grant, a claim in doubt that won, or a new claim (after
+    /// reading the newest generation with the state, unless this instance released the newest
+    /// generation itself).
+    pub fn start(&mut self, env: &mut impl Env) -> Step {
+        match self.memory.kept.take() {
+            Some(kept) => self.resume(kept, env),
+            None => self.prepare(env),
+        }
+    }
+
+    /// Takes the answer to the last step.
+    pub fn answer(&mut self, answer: Answer, env: &mut impl Env) -> Step {
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        match (phase, answer) {
+            (Phase::HandingBack { kept }, Answer::Appended) => {
+                self.memory.released = Some(fenced::released(&kept.handle));
+                self.memory.last_written = kept.basis;
+                self.prepare(env)
+            }
+            (Phase::HandingBack { .. }, Answer::Failed(e)) => {
+                env.log(
+                    Level::Warn,
+                    &format!("releasing an expiring lock failed; it ends with its lease: {e}"),
+                );
+                self.prepare(env)
+            }
+            (
+                Phase::Renewing {
+                    renewal,
+                    basis,
+                    after,
+                },
+                answer,
+            ) => {
+                let (renewal, next) = renewal.answer(answer, env.now_ms());
+                self.renewing(renewal, next, basis, after, env)
+            }
+            (Phase::ReadingOutlook { doubt }, Answer::Outlook(outlook)) => {
+                let now = env.now_ms();
+                if let Some(doubt) = doubt
+                    && outlook.newest.is_claim_of(&doubt.handle)
+                    && now <= doubt.handle.lease_until_ms
+                {
+                    // The claim landed and is the newest grant. Whether it won is left to the
+                    // guarded write, which holds it to the read-back rule: not confirmed yet.
+                    env.log(
+                        Level::Info,
+                        &format!(
+                            "the claim in doubt on {:?} (token {}) is the newest grant",
+                            self.state_id, doubt.handle.token
+                        ),
+                    );
+                    let ready = Ready {
+                        handle: doubt.handle,
+                        basis: outlook.stored,
+                        claimed_after: Some(doubt.followed),
+                    };
+                    return self.write(ready, env);
+                }
+                self.claim_or_wait(outlook, env)
+            }
+            (Phase::ReadingOutlook { doubt }, Answer::Failed(e)) => {
+                self.memory.doubt = doubt;
+                self.finish(Err(e))
+            }
+            (Phase::Claiming { ready }, Answer::Appended) => self.write(ready, env),
+            // The claim may have landed: keep it in doubt, for the next try to settle.
+            (Phase::Claiming { ready }, Answer::Failed(e)) => self.fail(ready, e, env),
+            (Phase::Writing { ready, row }, Answer::Written(Some(1))) => {
+                self.written(ready, row, env)
+            }
+            // Refused (or the server did not say): read what decides it.
+            (Phase::Writing { ready, row }, Answer::Written(_)) => self.recheck(ready, Some(row)),
+            (Phase::Writing { ready, .. }, Answer::Failed(e)) => self.fail(ready, e, env),
+            (Phase::Rechecking { ready, attempted }, Answer::Claims(claims)) => {
+                self.claims_read(ready, attempted, claims, env)
+            }
+            (Phase::Rechecking { ready, attempted }, Answer::Outlook(outlook)) => {
+                let now = env.now_ms();
+                if !outlook.newest.is_claim_of(&ready.handle) || now > ready.handle.lease_until_ms {
+                    return self.lost(outlook.newest.info(&self.state_id), env);
+                }
+                self.rechecked(ready, attempted, outlook.stored, env)
+            }
+            (Phase::Rechecking { ready, .. }, Answer::Failed(e)) => self.fail(ready, e, env),
+            (Phase::Confirming { ready, row }, Answer::Newest(newest)) => {
+                if newest.still_held_by(&ready.handle) {
+                    return self.succeed(ready, row, env);
+                }
+                let why = fenced::lost(
+                    &ready.handle,
+                    "a later holder has it, or it was forced open",
+                );
+                let error = Error::LockLost(format!(
+                    "the write was acknowledged after the lease ended and may not count: {}",
+                    match why {
+                        Error::LockLost(why) => why,
+                        other => other.to_string(),
+                    }
+                ));
+                self.fail(ready, error, env)
+            }
+            (Phase::Confirming { ready, .. }, Answer::Failed(e)) => self.fail(ready, e, env),
+            (Phase::Releasing { handle, row }, Answer::Appended) => {
+                self.memory.released = Some(fenced::released(&handle));
+                self.memory.last_written = Some(row);
+                self.finish(Ok(()))
+            }
+            (Phase::Releasing { .. }, Answer::Failed(e)) => self.finish(Err(e)),
+            (Phase::Abandoning { handle, error }, Answer::Appended) => {
+                self.memory.released = Some(fenced::released(&handle));
+                self.finish(Err(error))
+            }
+            (Phase::Abandoning { handle, error }, Answer::Failed(e)) => {
+                env.log(
+                    Level::Warn,
                     &format!(
-                        "the claim in doubt on {state_id:?} (token {}) is the newest grant",
-                        doubt.handle.token
+                        "releasing the lock on {:?} after a failed update failed; it ends with its lease: {e}",
+                        handle.state_id
                     ),
                 );
-                return Ok(Prepared::Ready(Ready {
-                    handle: doubt.handle,
-                    basis: outlook.stored,
-                    claimed_after: Some(doubt.followed),
-                }));
+                self.finish(Err(error))
             }
-            outlook
+            (Phase::Pausing, Answer::Resumed) => self.prepare(env),
+            (_, answer) => self.finish(Err(unexpected(&answer))),
+        }
+    }
+
+    fn finish(&mut self, result: Result<()>) -> Step {
+        self.phase = Phase::Done;
+        Step::Done(result)
+    }
+
+    /// A kept grant, if it can still be written under: renewed once past half its lease; given
+    /// back when too close to its end to renew.
+    fn resume(&mut self, kept: Kept, env: &mut impl Env) -> Step {
+        let now = env.now_ms();
+        let lease = self.limits.lease_ms;
+        if fenced::near_lease_end(now, kept.handle.lease_until_ms, lease) {
+            return self.hand_back(kept, env);
+        }
+        if kept.handle.lease_until_ms.saturating_sub(now) < lease / 2 {
+            let until = now.saturating_add(lease);
+            let (renewal, next) = Renewal::start(kept.handle, until, now, lease);
+            return self.renewing(renewal, next, kept.basis, AfterRenewal::Resume, env);
+        }
+        let ready = Ready {
+            handle: kept.handle,
+            basis: kept.basis,
+            claimed_after: None,
+        };
+        self.write(ready, env)
+    }
+
+    fn hand_back(&mut self, kept: Kept, env: &mut impl Env) -> Step {
+        let row = fenced::entry(&kept.handle, Event::Release, env.now_ms());
+        self.phase = Phase::HandingBack { kept };
+        Step::send(Statement::Append(row))
+    }
+
+    fn renewing(
+        &mut self,
+        renewal: Renewal,
+        next: Renewing,
+        basis: Option<StoredRow>,
+        after: AfterRenewal,
+        env: &mut impl Env,
+    ) -> Step {
+        match next {
+            Renewing::Send(statement) => {
+                self.phase = Phase::Renewing {
+                    renewal,
+                    basis,
+                    after,
+                };
+                Step::send(statement)
+            }
+            Renewing::Renewed(handle) => {
+                let ready = Ready {
+                    handle,
+                    basis,
+                    claimed_after: None,
+                };
+                self.write(ready, env)
+            }
+            Renewing::Failed(Error::LockLost(why), handle) => {
+                env.log(Level::Info, &format!("the lock was lost: {why}"));
+                match after {
+                    AfterRenewal::Resume => self.prepare(env),
+                    AfterRenewal::Write => {
+                        let holder = LockInfo {
+                            state_id: self.state_id.clone(),
+                            owner: "unknown (a later holder, or forced open)".into(),
+                            token: handle.token,
+                            acquired_at_ms: handle.acquired_at_ms,
+                            expires_at_ms: handle.lease_until_ms,
+                        };
+                        self.lost(holder, env)
+                    }
+                }
+            }
+            Renewing::Failed(e, handle) => match after {
+                // Keep it: nothing says it is lost.
+                AfterRenewal::Resume => {
+                    self.memory.kept = Some(Kept {
+                        handle,
+                        basis,
+                        last_used_ms: env.now_ms(),
+                    });
+                    self.finish(Err(e))
+                }
+                AfterRenewal::Write => {
+                    let ready = Ready {
+                        handle,
+                        basis,
+                        claimed_after: None,
+                    };
+                    self.fail(ready, e, env)
+                }
+            },
+        }
+    }
+
+    fn prepare(&mut self, env: &mut impl Env) -> Step {
+        if let Some(doubt) = self.memory.doubt.take() {
+            return self.read_outlook(Some(doubt));
         }
         // This instance released the newest generation itself (Meltano's pattern: one process
         // after another on one id): claim the next one without reading, with the state it
         // wrote last as the basis. If anyone else got in between, the guard refuses.
-        (None, Some(last)) => Outlook {
-            stored: locks.update.borrow_mut().last_written.remove(state_id),
-            newest: last,
-        },
-        (None, None) => read_outlook(exec, state_id)?,
-    };
-    if !outlook.newest.is_free(now) {
-        return Ok(Prepared::Held(outlook.newest.info(state_id)));
-    }
-    let handle = fenced::append_claim(exec, state_id, &outlook.newest)?;
-    Ok(Prepared::Ready(Ready {
-        handle,
-        basis: outlook.stored,
-        claimed_after: Some(outlook.newest),
-    }))
-}
-
-fn read_outlook<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Outlook> {
-    Ok(exec
-        .fetch_first(&exec.sql.log_outlook(state_id))?
-        .unwrap_or_default())
-}
-
-/// A kept grant, if it can still be written under: renewed once past half its lease; given
-/// up (released) when too close to its end to renew, dropped when the log says it is lost.
-fn resume<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    locks: &Locks,
-    kept: Kept,
-) -> Result<Option<Ready>> {
-    let Kept {
-        mut handle, basis, ..
-    } = kept;
-    let now = exec.host.now_ms();
-    let lease = exec.config.lock_lease_ms;
-    if fenced::near_lease_end(now, handle.lease_until_ms, lease) {
-        // Too late to renew safely: hand it back and claim anew.
-        if let Err(e) = release(exec, locks, &handle, basis) {
-            exec.host.log(
-                Level::Warn,
-                &format!("releasing an expiring kept lock failed: {e}"),
-            );
+        if let Some(last) = self.memory.released.take() {
+            let outlook = Outlook {
+                stored: self.memory.last_written.take(),
+                newest: last,
+            };
+            return self.claim_or_wait(outlook, env);
         }
-        return Ok(None);
+        self.read_outlook(None)
     }
-    if handle.lease_until_ms.saturating_sub(now) < lease / 2 {
-        match fenced::renew(exec, &mut handle) {
-            Ok(()) => {}
-            Err(Error::LockLost(why)) => {
-                exec.host
-                    .log(Level::Info, &format!("a kept lock was lost: {why}"));
-                return Ok(None);
+
+    fn read_outlook(&mut self, doubt: Option<Doubt>) -> Step {
+        self.phase = Phase::ReadingOutlook { doubt };
+        Step::send(Statement::ReadOutlook {
+            state_id: self.state_id.clone(),
+        })
+    }
+
+    fn claim_or_wait(&mut self, outlook: Outlook, env: &mut impl Env) -> Step {
+        let now = env.now_ms();
+        if !outlook.newest.is_free(now) {
+            return self.wait(outlook.newest.info(&self.state_id), env);
+        }
+        let handle = fenced::claim_handle(
+            &self.state_id,
+            &outlook.newest,
+            now,
+            self.limits.lease_ms,
+            env.new_token(),
+        );
+        let row = fenced::entry(&handle, Event::Acquire, now);
+        self.phase = Phase::Claiming {
+            ready: Ready {
+                handle,
+                basis: outlook.stored,
+                claimed_after: Some(outlook.newest),
+            },
+        };
+        Step::send(Statement::Append(row))
+    }
+
+    /// Merges the update into the grant's basis and writes it through the guard.
+    fn write(&mut self, mut ready: Ready, env: &mut impl Env) -> Step {
+        let now = env.now_ms();
+        let lease = self.limits.lease_ms;
+        let unconfirmed = ready.claimed_after.is_some();
+        if fenced::near_lease_end(now, ready.handle.lease_until_ms, lease) {
+            // Too late to write: a contender may see the lease ended. A claim is decided first;
+            // a confirmed grant is given back, and the lock taken anew.
+            if unconfirmed {
+                return self.recheck(ready, None);
             }
-            Err(e) => {
-                // Keep it: nothing says it is lost.
-                let kept = Kept {
-                    handle,
-                    basis,
-                    last_used_ms: now,
-                };
-                locks
-                    .update
-                    .borrow_mut()
-                    .kept
-                    .insert(kept.handle.state_id.clone(), kept);
-                return Err(e);
-            }
-        }
-    }
-    Ok(Some(Ready {
-        handle,
-        basis,
-        claimed_after: None,
-    }))
-}
-
-/// Writes `partial`/`completed` at `version` under `ready`'s guard, and finds out why when it
-/// was refused. On `Stale`, `ready.basis` is what is stored now and the grant is confirmed.
-pub fn write<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    ready: &mut Ready,
-    partial: &str,
-    completed: &str,
-    version: u64,
-) -> Result<Written> {
-    let row = StateRow {
-        state_id: &ready.handle.state_id,
-        partial,
-        completed,
-        version_ms: version,
-    };
-    let guard = ready.guard();
-    let written = if row.fits_in_params() {
-        exec.run_written(&exec.sql.write_guarded(row, &guard, &exec.new_token()))?
-    } else {
-        // Too large for query parameters: check, then insert (what the guard does, in two).
-        if rows::number(&exec.run(&exec.sql.guard_holds(&guard))?)? == 1 {
-            let mut data = Vec::new();
-            row.encode(&mut data)?;
-            exec.run(&exec.sql.insert_states(data, &exec.new_token()))?;
-            Some(1)
-        } else {
-            Some(0)
-        }
-    };
-    if written == Some(1) {
-        ready.handle.last_written_ms = ready.handle.last_written_ms.max(version);
-        ready.claimed_after = None;
-        return Ok(Written::Done);
-    }
-    // Refused (or the server did not say): read what decides it.
-    recheck(exec, ready, partial, completed, version)
-}
-
-/// After a refused (or unconfirmed) guarded write: is the grant ours, and what is stored?
-fn recheck<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    ready: &mut Ready,
-    partial: &str,
-    completed: &str,
-    version: u64,
-) -> Result<Written> {
-    let handle = &ready.handle;
-    let stored = if let Some(current) = &ready.claimed_after {
-        let read = exec.sql.log_claims(&handle.state_id, handle.token, true);
-        let mut claims: Vec<Claim> = exec.fetch(&read)?;
-        match fenced::decide_claim(current, &claims, &handle.owner, handle.token) {
-            ClaimOutcome::Mine => claims.first_mut().and_then(|c| c.stored.pop()),
-            ClaimOutcome::GivesWay => {
-                let mut info = current.info(&handle.state_id);
-                info.expires_at_ms = claims.first().map_or(0, |c| c.previous_until);
-                return Ok(Written::Lost(info));
-            }
-            ClaimOutcome::Lost => return Ok(Written::Lost(fenced::rival(&claims, handle))),
-        }
-    } else {
-        let outlook = read_outlook(exec, &handle.state_id)?;
-        let now = exec.host.now_ms();
-        if !outlook.newest.is_claim_of(handle) || now > handle.lease_until_ms {
-            return Ok(Written::Lost(outlook.newest.info(&handle.state_id)));
-        }
-        outlook.stored
-    };
-    ready.claimed_after = None;
-    // The write itself may have landed (its answer was lost and the retry was refused): then
-    // what is stored is exactly it.
-    if let Some((p, c, v)) = &stored
-        && *v == version
-        && p.as_deref() == Some(partial)
-        && c.as_deref() == Some(completed)
-    {
-        ready.handle.last_written_ms = ready.handle.last_written_ms.max(version);
-        ready.basis = stored;
-        return Ok(Written::Done);
-    }
-    ready.basis = stored;
-    Ok(Written::Stale)
-}
-
-/// After a successful update: keep the grant for the linger, or release it.
-pub fn keep<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    locks: &Locks,
-    ready: Ready,
-    written: StoredRow,
-) -> Result<()> {
-    let now = exec.host.now_ms();
-    if exec.config.lock_linger_ms > 0 {
-        let state_id = ready.handle.state_id.clone();
-        locks.update.borrow_mut().kept.insert(
-            state_id,
-            Kept {
+            let kept = Kept {
                 handle: ready.handle,
-                basis: Some(written),
+                basis: ready.basis,
                 last_used_ms: now,
-            },
-        );
-        return Ok(());
+            };
+            return self.hand_back(kept, env);
+        }
+        let to_write = match self.merged(ready.basis.clone()) {
+            Ok(parts) => parts,
+            Err(e) => return self.fail(ready, e, env),
+        };
+        let version = match propose_version(&ready.handle, now, ready.basis_version()) {
+            Err(e) => return self.fail(ready, e, env),
+            Ok(Proposed::Within(v)) => v,
+            // Something stored is newer than the lease: the lease must cover the version, or a
+            // write landing after the lease ended could tie with or bury the next grant's.
+            Ok(Proposed::AboveLease(v)) => {
+                if unconfirmed {
+                    return self.recheck(ready, None);
+                }
+                let until = now.saturating_add(lease).max(v);
+                let (renewal, next) = Renewal::start(ready.handle, until, now, lease);
+                return self.renewing(renewal, next, ready.basis, AfterRenewal::Write, env);
+            }
+        };
+        // Recorded before the write is sent: it may land after this update gave up.
+        ready.handle.last_written_ms = ready.handle.last_written_ms.max(version);
+        let (partial, completed) = to_write;
+        let statement = Statement::WriteGuarded {
+            partial: partial.clone(),
+            completed: completed.clone(),
+            version_ms: version,
+            guard: ready.guard(),
+            token: env.new_token(),
+        };
+        let retry_until = ready
+            .handle
+            .lease_until_ms
+            .saturating_sub(fenced::lease_margin_ms(lease));
+        self.phase = Phase::Writing {
+            ready,
+            row: (Some(partial), Some(completed), version),
+        };
+        Step::Send {
+            statement,
+            retry_until_ms: Some(retry_until),
+        }
     }
-    release(exec, locks, &ready.handle, Some(written))
-}
 
-/// Releases a grant, remembering what it wrote last for the next claim's basis.
-fn release<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    locks: &Locks,
-    handle: &LockHandle,
-    written: Option<StoredRow>,
-) -> Result<()> {
-    fenced::release(exec, locks, handle)?;
-    if let Some(written) = written {
-        locks
-            .update
-            .borrow_mut()
-            .last_written
-            .insert(handle.state_id.clone(), written);
+    /// After a refused (or unconfirmed) guarded write, or to decide a claim: is the grant
+    /// ours, and what is stored?
+    fn recheck(&mut self, ready: Ready, attempted: Option<StoredRow>) -> Step {
+        let statement = if ready.claimed_after.is_some() {
+            Statement::ReadClaims {
+                state_id: self.state_id.clone(),
+                generation: ready.handle.token,
+            }
+        } else {
+            Statement::ReadOutlook {
+                state_id: self.state_id.clone(),
+            }
+        };
+        self.phase = Phase::Rechecking { ready, attempted };
+        Step::send(statement)
     }
-    Ok(())
-}
 
-/// After a failed update: a confirmed grant is released; a claim whose fate is unknown is kept
-/// in doubt, so that the next try (or giving up) settles it. Best effort: the update's own
-/// error is what the caller sees.
-pub fn abandon<T: Transport, H: Host>(exec: &Exec<T, H>, locks: &Locks, ready: Ready) {
-    if let Some(followed) = ready.claimed_after {
-        locks.in_doubt.borrow_mut().insert(
-            ready.handle.state_id.clone(),
-            Doubt {
-                handle: ready.handle,
-                followed,
-            },
-        );
-        return;
+    fn claims_read(
+        &mut self,
+        mut ready: Ready,
+        attempted: Option<StoredRow>,
+        mut claims: Vec<Claim>,
+        env: &mut impl Env,
+    ) -> Step {
+        let Some(current) = ready.claimed_after.take() else {
+            return self.finish(Err(unexpected(&Answer::Claims(claims))));
+        };
+        let handle = &ready.handle;
+        match fenced::decide_claim(&current, &claims, &handle.owner, handle.token) {
+            ClaimOutcome::Mine => {
+                let stored = claims.first_mut().and_then(|c| c.stored.pop());
+                self.rechecked(ready, attempted, stored, env)
+            }
+            ClaimOutcome::GivesWay => {
+                let mut info = current.info(&self.state_id);
+                info.expires_at_ms = claims.first().map_or(0, |c| c.previous_until);
+                self.lost(info, env)
+            }
+            ClaimOutcome::Lost => {
+                let info = fenced::rival(&claims, handle);
+                self.lost(info, env)
+            }
+        }
     }
-    if let Err(e) = fenced::release(exec, locks, &ready.handle) {
-        exec.host.log(
-            Level::Warn,
-            &format!(
-                "releasing the lock on {:?} after a failed update failed; it ends with its lease: {e}",
-                ready.handle.state_id
-            ),
-        );
-    }
-}
 
-/// Releases the kept grants idle for the linger (all of them with `all`); returns when the
-/// next one falls due, if any is left.
-pub fn idle<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    locks: &Locks,
-    all: bool,
-) -> Result<Option<u64>> {
-    let now = exec.host.now_ms();
-    let linger = exec.config.lock_linger_ms;
-    let due: Vec<Kept> = {
-        let mut memory = locks.update.borrow_mut();
-        let ids: Vec<String> = memory
-            .kept
-            .iter()
-            .filter(|(_, k)| all || k.last_used_ms.saturating_add(linger) <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.iter().filter_map(|id| memory.kept.remove(id)).collect()
-    };
-    let mut first_error = None;
-    for kept in due {
-        if let Err(e) = release(exec, locks, &kept.handle, kept.basis) {
-            exec.host.log(
-                Level::Warn,
+    fn rechecked(
+        &mut self,
+        mut ready: Ready,
+        attempted: Option<StoredRow>,
+        stored: Option<StoredRow>,
+        env: &mut impl Env,
+    ) -> Step {
+        ready.claimed_after = None;
+        // The write itself may have landed (its answer was lost and the retry was refused):
+        // then what is stored is exactly it.
+        if let Some(row) = attempted.as_ref()
+            && stored.as_ref() == Some(row)
+        {
+            ready.basis = stored;
+            return self.written(ready, row.clone(), env);
+        }
+        ready.basis = stored;
+        if attempted.is_some() {
+            self.refusals += 1;
+            if self.refusals >= MAX_REFUSALS {
+                let error = Error::LockLost(format!(
+                    "the state of {:?} kept changing under its lock (something writes it \
+                     without the lock); the update was not written",
+                    self.state_id
+                ));
+                return self.fail(ready, error, env);
+            }
+            env.log(
+                Level::Debug,
                 &format!(
-                    "releasing the kept lock on {:?} failed; it ends with its lease: {e}",
-                    kept.handle.state_id
+                    "the state of {:?} changed since it was read; merging again",
+                    self.state_id
                 ),
             );
-            first_error.get_or_insert(e);
         }
+        self.write(ready, env)
     }
-    if let Some(e) = first_error {
-        return Err(e);
+
+    /// The write of `row` is stored. Near or past the lease's end, a contender may have taken
+    /// the lock and read the state before the write landed (the write stalled, or was
+    /// retried); its own write would then bury this one. The log says whether the write was in
+    /// time: if the grant is still the newest, no contender has claimed yet.
+    fn written(&mut self, mut ready: Ready, row: StoredRow, env: &mut impl Env) -> Step {
+        ready.claimed_after = None;
+        let now = env.now_ms();
+        if fenced::near_lease_end(now, ready.handle.lease_until_ms, self.limits.lease_ms) {
+            self.phase = Phase::Confirming { ready, row };
+            return Step::send(Statement::ReadNewest {
+                state_id: self.state_id.clone(),
+            });
+        }
+        self.succeed(ready, row, env)
     }
-    Ok(locks
-        .update
-        .borrow()
-        .kept
-        .values()
-        .map(|k| k.last_used_ms.saturating_add(linger))
-        .min())
+
+    /// After a successful update: keep the grant for the linger, or release it.
+    fn succeed(&mut self, ready: Ready, row: StoredRow, env: &mut impl Env) -> Step {
+        let now = env.now_ms();
+        if self.limits.linger_ms > 0 {
+            self.memory.kept = Some(Kept {
+                handle: ready.handle,
+                basis: Some(row),
+                last_used_ms: now,
+            });
+            return self.finish(Ok(()));
+        }
+        let release = fenced::entry(&ready.handle, Event::Release, now);
+        self.phase = Phase::Releasing {
+            handle: ready.handle,
+            row,
+        };
+        Step::send(Statement::Append(release))
+    }
+
+    /// After a failure: a confirmed grant is released (its cap covers every version written
+    /// under it, landed or not); a claim whose fate is unknown is kept in doubt, so that the
+    /// next try (or giving up) settles it. The failure is what the caller sees.
+    fn fail(&mut self, ready: Ready, error: Error, env: &mut impl Env) -> Step {
+        if let Some(followed) = ready.claimed_after {
+            self.memory.doubt = Some(Doubt {
+                handle: ready.handle,
+                followed,
+            });
+            return self.finish(Err(error));
+        }
+        let release = fenced::entry(&ready.handle, Event::Release, env.now_ms());
+        self.phase = Phase::Abandoning {
+            handle: ready.handle,
+            error,
+        };
+        Step::send(Statement::Append(release))
+    }
+
+    /// The grant is not this update's: wait as for any holder, then take the lock anew.
+    fn lost(&mut self, holder: LockInfo, env: &mut impl Env) -> Step {
+        env.log(
+            Level::Info,
+            &format!(
+                "the update of {:?} lost its grant to {} (token {}); taking the lock again",
+                self.state_id, holder.owner, holder.token
+            ),
+        );
+        self.wait(holder, env)
+    }
+
+    /// One pause of the wait loop while `holder` has the lock (see `wait`): `locked` once the
+    /// deadline has passed.
+    fn wait(&mut self, holder: LockInfo, env: &mut impl Env) -> Step {
+        let now = env.now_ms();
+        if now >= self.deadline_ms {
+            return self.finish(Err(Error::Locked(holder)));
+        }
+        let jitter = 80 + env.random() % 41;
+        let pause = self
+            .wait
+            .pause_ms(holder.token, self.limits.retry_ms, jitter)
+            .clamp(1, self.deadline_ms - now);
+        self.phase = Phase::Pausing;
+        Step::Pause(pause)
+    }
+
+    /// The state to write: the update merged into `basis` (see [`merged`]).
+    fn merged(&self, basis: Option<StoredRow>) -> Result<(String, String)> {
+        let partial = crate::store::parse_object(&self.partial, "partial state")?;
+        let completed = crate::store::parse_object(&self.completed, "completed state")?;
+        Ok(merged(partial, completed, basis))
+    }
 }
 
-/// Releases the kept grant of one id, if any (before the instance takes its lock another way).
-pub fn release_kept<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
-    locks: &Locks,
-    state_id: &str,
-) -> Result<()> {
-    let kept = locks.update.borrow_mut().kept.remove(state_id);
-    match kept {
-        Some(kept) => release(exec, locks, &kept.handle, kept.basis),
-        None => Ok(()),
+/// Meltano's update of `stored` by a state whose parts are `partial` and `completed`: a
+/// partial state merges into the stored partial and keeps the stored completed; a complete
+/// state replaces everything and resets the partial.
+pub fn merged(
+    partial: Map<String, Value>,
+    completed: Map<String, Value>,
+    stored: Option<StoredRow>,
+) -> (String, String) {
+    match stored {
+        Some((stored_partial, stored_completed, _)) if completed.is_empty() => {
+            let mut merged = stored_partial
+                .as_deref()
+                .and_then(|p| crate::store::parse_object(p, "stored partial state").ok())
+                .unwrap_or_default();
+            merge(partial, &mut merged);
+            (
+                Value::Object(merged).to_string(),
+                crate::store::or_empty(stored_completed),
+            )
+        }
+        _ if !completed.is_empty() => ("{}".into(), Value::Object(completed).to_string()),
+        _ => (Value::Object(partial).to_string(), "{}".into()),
     }
 }

@@ -20,7 +20,7 @@
 pub const MAX_DOUBLINGS: u32 = 3;
 
 /// One waiter's view of the holders it met, across the tries of one acquire.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 pub struct Wait {
     /// The grant (fencing token) that held the lock at the previous try.
     last_holder: Option<u64>,
