@@ -116,7 +116,11 @@ test: guest
 
 # The lock's model: checks every state within its bounds, and that each mutant is caught
 model:
-    cargo test -p lock-model --test check -- --nocapture
+    cargo test -p lock-model --test check -- --nocapture --test-threads=1
+
+# The model's checks with wider bounds, too slow for every CI run (minutes each)
+model-wide:
+    cargo test -p lock-model --test check -- --nocapture --test-threads=1 --ignored
 
 # Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`), with
 # the workspace's debug host and component

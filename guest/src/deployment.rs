@@ -26,6 +26,10 @@ pub enum Kind {
     Cloud,
     /// ReplicatedMergeTree-family tables on a self-managed cluster.
     Replicated,
+    /// Not known: the user may not read the system tables. Inserts then carry the quorum
+    /// settings, the safe side: they make a Replicated table's inserts visible to every deciding
+    /// read, and a plain or Shared table ignores them.
+    Unknown,
 }
 
 /// The settings each role of query carries on a deployment, so that every deciding read sees
@@ -61,6 +65,14 @@ impl Consistency {
         }
     }
 
+    /// When the deployment check was denied (see [`Kind::Unknown`]).
+    pub fn unknown() -> Self {
+        Consistency {
+            kind: Kind::Unknown,
+            deduplicate_insert: false,
+        }
+    }
+
     /// After the deployment check: what the tables are (or will be, when missing).
     pub fn observed(config: &Config, kind: Kind, observed: &Observed) -> Self {
         Consistency {
@@ -85,7 +97,7 @@ impl Consistency {
                 if self.deduplicate_insert {
                     settings.push(("deduplicate_insert", "enable"));
                 }
-                if self.kind == Kind::Replicated {
+                if matches!(self.kind, Kind::Replicated | Kind::Unknown) {
                     // Acknowledged once a majority of replicas hold the block, and linearized,
                     // which is what `select_sequential_consistency` needs to see it.
                     settings.push(("insert_quorum", "auto"));
@@ -293,7 +305,12 @@ mod tests {
             }
             .settings(role)
         };
-        for kind in [Kind::SingleServer, Kind::Cloud, Kind::Replicated] {
+        for kind in [
+            Kind::SingleServer,
+            Kind::Cloud,
+            Kind::Replicated,
+            Kind::Unknown,
+        ] {
             let insert = settings(kind, false, Role::Insert);
             assert!(insert.contains(&("async_insert", "0")), "{kind:?}");
             assert!(insert.contains(&("insert_deduplicate", "1")), "{kind:?}");
@@ -311,8 +328,12 @@ mod tests {
             let quorum = insert.contains(&("insert_quorum", "auto"))
                 && insert.contains(&("insert_quorum_parallel", "0"));
             // sequential consistency covers only linearized quorum inserts on Replicated
-            // tables; Cloud and one server need no quorum
-            assert_eq!(quorum, kind == Kind::Replicated, "{kind:?}");
+            // tables; Cloud and one server need no quorum; unknown tables may be Replicated
+            assert_eq!(
+                quorum,
+                matches!(kind, Kind::Replicated | Kind::Unknown),
+                "{kind:?}"
+            );
         }
     }
 

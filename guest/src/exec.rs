@@ -175,10 +175,14 @@ impl<T: Transport, H: Host> Exec<T, H> {
             Err(Error::Unauthorized(e)) => {
                 self.host.log(
                     Level::Warn,
-                    &format!("cannot check the deployment (the tables' engines): {e}"),
+                    &format!(
+                        "cannot check the deployment (the tables' engines), so inserts carry \
+                         the quorum settings, which a replicated table needs: {e}"
+                    ),
                 );
+                self.consistency.set(Consistency::unknown());
                 self.checked.set(true);
-                return Ok(Kind::Missing);
+                return Ok(Kind::Unknown);
             }
             Err(e) => return Err(e),
         };
@@ -228,6 +232,7 @@ mod tests {
     struct VirtualClock {
         now: Cell<u64>,
         sent: std::cell::RefCell<Vec<u64>>,
+        urls: std::cell::RefCell<Vec<String>>,
     }
 
     impl Host for &VirtualClock {
@@ -258,6 +263,49 @@ mod tests {
             clock,
         )
         .expect("opens")
+    }
+
+    /// A server whose user may not read the system tables: the deployment check is denied,
+    /// every other query answers `1`. Remembers each query's URL.
+    struct Denied<'a>(&'a VirtualClock);
+
+    impl Transport for Denied<'_> {
+        fn send(&self, request: Request) -> std::result::Result<Response, TransportError> {
+            let url = request.path_and_query.clone();
+            let body = String::from_utf8_lossy(&request.body).into_owned();
+            self.0.urls.borrow_mut().push(url.clone());
+            if url.contains("system.tables") || body.contains("system.tables") {
+                return Ok(Response {
+                    status: 403,
+                    headers: vec![("X-ClickHouse-Exception-Code".into(), "497".into())],
+                    body:
+                        b"Code: 497. DB::Exception: default: Not enough privileges. (ACCESS_DENIED)"
+                            .to_vec(),
+                });
+            }
+            Ok(Response {
+                status: 200,
+                headers: vec![],
+                body: b"1\n".to_vec(),
+            })
+        }
+    }
+
+    #[test]
+    fn when_the_deployment_check_is_denied_inserts_carry_the_quorum_settings() {
+        let clock = VirtualClock::default();
+        let exec =
+            Exec::open("clickhouse://u@ch.example/db", &[], Denied(&clock), &clock).expect("opens");
+        exec.run(&exec.sql.log_insert(b"{}\n".to_vec(), "t"))
+            .expect("the insert runs");
+        let urls = clock.urls.borrow();
+        let insert = urls.last().expect("sent");
+        assert!(urls.len() == 2, "the check, then the insert: {urls:?}");
+        // Replicated tables need them; plain and Shared tables ignore them.
+        assert!(
+            insert.contains("insert_quorum=auto") && insert.contains("insert_quorum_parallel=0"),
+            "{insert}"
+        );
     }
 
     #[test]

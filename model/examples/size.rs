@@ -1,7 +1,7 @@
 //! Explores one configuration of the model and prints its size and what it found, for tuning
-//! bounds: `K=lease H=horizon S=skew L=lost W=window R=renew(0/1) A=attempts F=forces C=clients
-//! G=merges M=mutant index P=settle SHOW=property prefix cargo run -p lock-model --example size`.
-use lock_model::{LockModel, Mutant};
+//! bounds: `K=lease H=horizon S=skew L=lost X=failures W=window U=updates F=forces C=clients
+//! G=merges T=sets P=settle(1) cargo run --release -p lock-model --example size`.
+use lock_model::LockModel;
 use stateright::{Checker, HasDiscoveries, Model};
 
 fn main() {
@@ -16,48 +16,37 @@ fn main() {
     } else {
         LockModel::fenced()
     };
-    m.horizon = env("H", m.horizon);
-    m.lost_responses = env("L", m.lost_responses as u64) as u8;
-    m.window_expiries = env("W", m.window_expiries as u64) as u8;
-    m.renew = env("R", m.renew as u64) == 1;
-    m.skew = env("S", m.skew);
-    m.attempts = env("A", m.attempts as u64) as u8;
     m.lease = env("K", m.lease);
-    m.forces = env("F", m.forces as u64) as u8;
-    m.clients = env("C", m.clients as u64) as u8;
-    m.merges = env("G", m.merges as u64) as u8;
-    let mutants = [
-        None,
-        Some(Mutant::NoRenewConfirm),
-        Some(Mutant::NoGiveWay),
-        Some(Mutant::NoFloor),
-        Some(Mutant::NoWriteConfirm),
-        Some(Mutant::NoQuorum),
-        Some(Mutant::SettleBeforeInsert),
-    ];
-    m.mutant = mutants[env("M", 0) as usize];
+    m.horizon = env("H", m.horizon);
+    m.skew = env("S", m.skew);
+    m.lost_responses = env("L", m.lost_responses.into()) as u8;
+    m.failures = env("X", m.failures.into()) as u8;
+    m.window_expiries = env("W", m.window_expiries.into()) as u8;
+    m.updates = env("U", m.updates.into()) as u8;
+    m.forces = env("F", m.forces.into()) as u8;
+    m.clients = env("C", m.clients.into()) as u8;
+    m.merges = env("G", m.merges.into()) as u8;
+    m.sets = env("T", m.sets.into()) as u8;
+    m.timeout = env("O", m.timeout);
     let started = std::time::Instant::now();
-    let c = m
+    let checker = m
+        .clone()
         .checker()
         .threads(2)
         .finish_when(HasDiscoveries::AnyFailures)
-        .target_state_count(env("MAX", 50_000_000) as usize)
         .spawn_bfs()
         .join();
-    if let Ok(show) = std::env::var("SHOW") {
-        for (name, path) in c.discoveries() {
-            if name.starts_with(&show) {
-                println!("{name}: {:#?}", path.last_state());
-                println!("{:#?}", path.into_actions());
-            }
-        }
-    }
     println!(
-        "{} states ({} unique) depth {} in {:.1}s; discoveries {:?}",
-        c.state_count(),
-        c.unique_state_count(),
-        c.max_depth(),
-        started.elapsed().as_secs_f64(),
-        c.discoveries().keys().collect::<Vec<_>>()
+        "{m:?}\n{} states ({} unique), depth {}, {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
     );
+    for (name, path) in checker.discoveries() {
+        println!(
+            "{name}: {} steps\n{path:?}",
+            path.clone().into_actions().len()
+        );
+    }
 }

@@ -1,39 +1,49 @@
 //! A model of the lock and state protocol on ClickHouse, checked exhaustively by `stateright`.
 //!
-//! The clients run the protocol of `guest/src/lock` step by step, and every decision they take
-//! is the guest's own pure function (`Newest::is_free`, `next_floor`, `decide_claim`,
-//! `propose_version`, `near_lease_end`, `settle::winner`), called natively. What the model adds
-//! is the world around them:
+//! The clients run the guest's own protocol: each `update` is a `lock::update::Update`, the
+//! sans-IO state machine the component drives over HTTP, and every statement it asks for is
+//! answered here by a simulated ClickHouse. Reads of the lock log are folded by the guest's
+//! `fenced::fold` and `fenced::claims_on` (the Rust twins of its SQL), guarded writes are
+//! admitted by `fenced::admits`, and whether inserts reach every deciding read comes from the
+//! deployment's settings (`deployment::Consistency`). The model owns only the world:
 //!
 //! - **Time.** One global time; each client reads it through its own clock, off by up to
 //!   `skew`. Time advances by a step of its own, between any two other steps, so any client can
 //!   stall anywhere for any length of time (up to the horizon).
 //! - **Inserts.** An insert is sent, lands (becomes visible), and is acknowledged, as three
 //!   steps, with anything in between. A response can be lost after the insert landed: the
-//!   client sends the identical insert again under the same token, as the guest does.
+//!   client sends the identical insert again under the same token, as the guest's retries do,
+//!   unless its retry bound has passed. A client can also give up on an insert (its retries
+//!   ran out) while the server still finishes it: the insert may land later.
+//! - **Guarded writes.** The guard is evaluated when the write is sent (and again when a lost
+//!   response makes the client send it again); the row lands later, so a contender can act in
+//!   between, as on a real server.
 //! - **Deduplication.** Keeper's token set, cluster-wide and atomic: an insert whose token is in
 //!   the window is dropped and still acknowledged. The window can pass (its tokens are
 //!   forgotten), so that a retry lands twice.
-//! - **Replicas.** With the deployment's settings (quorum inserts on a replicated cluster; every
-//!   insert on Cloud and on one server), a landed insert is visible to every deciding read,
-//!   because `select_sequential_consistency` either sees it or fails and is retried. Without
-//!   them (the `NoQuorum` mutant) an insert lands on one replica, reaches the others later, and
-//!   each read is answered by any one replica.
+//! - **Replicas.** With quorum inserts and sequentially consistent deciding reads (the
+//!   settings of a replicated deployment), a landed insert is visible to every deciding read.
+//!   Without them an insert lands on one replica, reaches the others later, and each read is
+//!   answered by any one replica.
 //! - **Merges.** State is read with `FINAL` (highest version; equal versions, the last
-//!   inserted), which is what a merge keeps, so merges change no answer and are not a step.
+//!   inserted), which is what a merge keeps, so merges change no answer.
 //!   The lock log is a plain MergeTree: merges never drop its rows.
 //!
-//! Each client makes one `update` (acquire, read, merge, write, release), and may renew its
-//! lease once before writing. Properties are in [`LockModel::properties`]; mutants, each
-//! removing one safety measure, in [`Mutant`].
+//! Each client makes `updates` updates; with more than one, the grant is kept between them
+//! (linger) and given back at the end, as the host's `close` does. Properties are in
+//! [`LockModel::properties`].
 
 use std::collections::BTreeSet;
 use std::fmt;
 
-use clickhouse_state::config::LockMode;
-use clickhouse_state::lock::fenced::{self, Claim, ClaimOutcome, Guard, Newest};
+use clickhouse_state::deployment::{Consistency, Kind};
+use clickhouse_state::error::Error;
+use clickhouse_state::exec::Level;
+use clickhouse_state::lock::Memory;
+use clickhouse_state::lock::fenced::{self, Event, LogEntry, Outlook};
 use clickhouse_state::lock::settle::{self, Candidate};
-use clickhouse_state::lock::{LockHandle, Proposed, propose_version};
+use clickhouse_state::lock::update::{Answer, Env, Limits, Statement, Step, Update};
+use clickhouse_state::sql::{Guard, Role};
 use stateright::{Model, Property};
 
 /// The writes of at most one holder take effect per generation.
@@ -52,29 +62,13 @@ pub const SET_KEPT: &str = "an update never writes over a set it could see";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
 
-/// A safety measure taken away, to show that the model finds what it prevents.
+/// A change to settle mode's protocol (which the model still runs from its own copy), to show
+/// that the model finds what it prevents. The fenced protocol's mutants are the guest's own
+/// code, mutated by `cargo mutants` (`just mutants`, docs/lock.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mutant {
-    /// Inserts without `insert_quorum`/`insert_quorum_parallel=0` on a replicated cluster:
-    /// deciding reads see what one replica has.
-    NoQuorum,
-    /// A renewal adopts its new lease without checking the log after its row landed.
-    NoRenewConfirm,
-    /// A claim does not give way to a renewal that landed after it read the log.
-    NoGiveWay,
-    /// A new grant's versions have no floor above what the previous grant could write.
-    NoFloor,
-    /// A write acknowledged near or after its lease end is not checked against the log.
-    NoWriteConfirm,
     /// Settle mode compares candidates with the time before the insert, as the original did.
     SettleBeforeInsert,
-    /// A claim's first guarded write does not check the claim (only the stored version).
-    NoClaimGuard,
-    /// A guarded write does not check that the stored version is still the one it merged into
-    /// (a kept grant writes its cached state as is).
-    NoStaleCheck,
-    /// A kept grant is written under to the very end of its lease.
-    KeptToTheEnd,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,8 +84,13 @@ pub struct LockModel {
     pub clients: u8,
     /// Replicas, each answering reads on its own when inserts are not quorum inserts.
     pub replicas: u8,
+    /// The deployment kind whose settings the guest sends (the tables are replicated when
+    /// `replicas` > 1).
+    pub kind: Kind,
     /// The lease, in ticks (the guest's milliseconds).
     pub lease: u64,
+    /// How long an update waits for the lock, in ticks.
+    pub timeout: u64,
     /// Settle mode's settle time, in ticks (the guest's seconds, see `settle_ms`).
     pub settle: u64,
     /// Clocks are off by up to this many ticks (each client's offset is in `0..=skew`).
@@ -100,21 +99,21 @@ pub struct LockModel {
     pub horizon: u64,
     /// How many responses to inserts may be lost (each is then resent).
     pub lost_responses: u8,
+    /// How many inserts a client may give up on (they may still land).
+    pub failures: u8,
     /// How many times the deduplication window may pass.
     pub window_expiries: u8,
-    /// Claims each client may try before giving up.
+    /// Settle mode: candidates each client may insert before giving up.
     pub attempts: u8,
-    /// Holders may renew once before they write.
-    pub renew: bool,
     /// How many times an operator may force the lock open.
     pub forces: u8,
     /// How many background merges may run (of the state table; of the candidates in settle
     /// mode).
     pub merges: u8,
-    /// Updates each client makes under one grant kept between them (linger); 1 or 2.
+    /// Updates each client makes, under one grant kept between them (linger) when 2.
     pub updates: u8,
-    /// Another process makes one unlocked `set` (a server-versioned write, in one step).
-    pub setter: bool,
+    /// Unlocked `set`s another process makes (server-versioned writes, in one step each).
+    pub sets: u8,
     pub mutant: Option<Mutant>,
 }
 
@@ -126,18 +125,20 @@ impl LockModel {
             protocol: Protocol::Fenced,
             clients: 2,
             replicas: 2,
+            kind: Kind::Replicated,
             lease: 10,
+            timeout: 20,
             settle: 1,
             skew: 1,
             horizon: 13,
             lost_responses: 1,
+            failures: 0,
             window_expiries: 1,
             attempts: 2,
-            renew: true,
             forces: 0,
             merges: 0,
             updates: 1,
-            setter: false,
+            sets: 0,
             mutant: None,
         }
     }
@@ -146,21 +147,12 @@ impl LockModel {
     pub fn settle() -> Self {
         LockModel {
             protocol: Protocol::Settle,
-            clients: 2,
-            replicas: 2,
             lease: 300,
-            settle: 1,
             skew: 0,
             horizon: 5,
             lost_responses: 0,
             window_expiries: 0,
-            attempts: 2,
-            renew: false,
-            forces: 0,
-            merges: 0,
-            updates: 1,
-            setter: false,
-            mutant: None,
+            ..LockModel::fenced()
         }
     }
 
@@ -173,8 +165,33 @@ impl LockModel {
         self.mutant == Some(mutant)
     }
 
-    fn quorum(&self) -> bool {
-        !self.has(Mutant::NoQuorum)
+    /// Whether every landed insert is visible to every deciding read: the deployment's
+    /// settings ask for linearized quorum inserts and sequentially consistent reads.
+    pub fn quorum(&self) -> bool {
+        let consistency = Consistency {
+            kind: self.kind,
+            deduplicate_insert: false,
+        };
+        let inserts = consistency.settings(Role::GuardedInsert);
+        let plain = consistency.settings(Role::Insert);
+        let reads = consistency.settings(Role::Deciding);
+        let quorum = |s: &[(&str, &str)]| {
+            s.iter().any(|(n, v)| *n == "insert_quorum" && *v != "0")
+                && s.contains(&("insert_quorum_parallel", "0"))
+        };
+        self.replicas <= 1
+            || (quorum(&inserts)
+                && quorum(&plain)
+                && reads.contains(&("select_sequential_consistency", "1")))
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            lease_ms: self.lease,
+            timeout_ms: self.timeout,
+            retry_ms: 1,
+            linger_ms: u64::from(self.updates > 1),
+        }
     }
 }
 
@@ -182,50 +199,47 @@ impl LockModel {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Row {
     /// The lock log.
-    Log {
-        generation: u64,
-        event: Event,
-        owner: u8,
-        at: u64,
-        until: u64,
-        floor: u64,
-    },
-    /// The state table: `updates` is the set of updates merged into it (a bit per update,
-    /// see `update_bit`; the `set` is `SET_BIT`). `after_set`: when the write was checked, the
-    /// stored state was the `set`'s (or merged it).
+    Log(Entry),
+    /// The state table. `updates` is the set of updates merged into its partial state (a bit
+    /// per update, see `update_bit`; a `set` is `SET_BIT`): the JSON the guest wrote, which
+    /// `partial_of` gives back (the completed part is always empty here).
+    /// `after_set`: when the write was checked, the stored state was a `set`'s (or merged it).
     State {
         version: u64,
         updates: u8,
         generation: u64,
-        owner: u8,
+        owner: String,
+        client: u8,
         after_set: bool,
     },
     /// Settle mode's candidates.
     Candidate { client: u8, locked_at: u64 },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Event {
-    Acquire,
-    Renew,
-    Release,
-    Force,
+/// A lock log row, ordered for the world's row list.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Entry(pub LogEntry);
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
-/// An insert's deduplication token, as the guest names it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Token {
-    /// `acquire/<generation>/<id>`: shared by every contender for the generation.
-    Acquire(u64),
-    /// `renew/<generation>/<until>/<owner>/<id>`
-    Renew(u64, u64, u8),
-    /// `release/<generation>/<owner>/<id>`
-    Release(u64, u8),
-    /// A state write: random per write, reused by its retries (client, update).
-    State(u8, u8),
-    /// `force/<generation>/<operator>/<id>`
-    Force(u64),
-    Candidate(u8, u8),
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let key = |e: &LogEntry| {
+            (
+                e.generation,
+                e.event as u8,
+                e.owner.clone(),
+                e.at_ms,
+                e.until_ms,
+                e.floor_ms,
+            )
+        };
+        key(&self.0).cmp(&key(&other.0))
+    }
 }
 
 /// A landed row and the replicas that have it (a bit each).
@@ -238,63 +252,36 @@ pub struct Landed {
 /// An insert on its way.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct InFlight {
-    pub client: u8,
+    /// Whose insert it is; `None` once its client gave up on it (the server still finishes it).
+    pub client: Option<u8>,
     pub row: Row,
-    pub token: Token,
+    pub token: String,
+    /// A guarded write's guard, evaluated again when the insert is sent again.
+    pub guard: Option<Guard>,
+    /// Its client sends it again only until then (its own clock).
+    pub retry_until: Option<u64>,
     pub landed: bool,
+    /// It landed as nothing: deduplicated, or its guard refused it when sent again.
+    pub dropped: bool,
 }
 
-/// What a client's `update` is doing.
+/// What a client is doing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Pc {
-    /// About to read the newest generation (fenced) or the candidates (settle).
+    /// About to start an update (fenced) or to insert a candidate (settle).
     Idle,
-    /// The claim is in flight; `current` is the generation it follows, `stored` the state
-    /// read with it.
-    Claiming {
-        current: Newest,
-        grant: Grant,
-        stored: Stored,
+    /// Fenced: the update asked for `statement`, which the client's next step sends.
+    Asks {
+        update: Box<Update>,
+        statement: Statement,
+        retry_until: Option<u64>,
     },
-    /// The claim was acknowledged: the guarded write checks it (and the stored version).
-    Claimed {
-        current: Newest,
-        grant: Grant,
-        stored: Stored,
-    },
-    /// A guarded write was refused: read why (`current` while the claim is unconfirmed).
-    Refused {
-        current: Option<Newest>,
-        grant: Grant,
-    },
-    /// Holding a confirmed grant (kept between updates), with the state it last wrote or read.
-    Holding { grant: Grant, stored: Stored },
-    /// The renew row (new lease end `until`) is in flight.
-    Renewing {
-        grant: Grant,
-        stored: Stored,
-        until: u64,
-    },
-    /// The renew row was acknowledged: check the log, then adopt the lease.
-    Renewed {
-        grant: Grant,
-        stored: Stored,
-        until: u64,
-    },
-    /// The state row is in flight.
-    Writing {
-        grant: Grant,
-        version: u64,
-        updates: u8,
-    },
-    /// The state row (with `updates` merged) was acknowledged.
-    Written {
-        grant: Grant,
-        version: u64,
-        updates: u8,
-    },
-    /// The release row is in flight.
-    Releasing,
+    /// Fenced: the update waits for its insert's acknowledgement.
+    Awaiting { update: Box<Update> },
+    /// Fenced: the update pauses until time has passed (`woken`).
+    Paused { update: Box<Update>, woken: bool },
+    /// Fenced: giving back the kept grant at the end (the host's `close`).
+    Closing,
     /// Settle mode: the candidate is in flight; `before` is the time the insert began.
     Inserting { before: u64 },
     /// Settle mode: settling until `wake`, then deciding; `reference` is the time the winner
@@ -302,27 +289,8 @@ pub enum Pc {
     Settling { wake: u64, reference: u64 },
     /// Settle mode: holding the lock (in the critical section).
     InSection,
-    /// The update returned: acknowledged or failed.
+    /// The client is done: its last update acknowledged or failed.
     Done { ok: bool },
-}
-
-/// A grant as its holder knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Grant {
-    pub generation: u64,
-    pub owner: u8,
-    pub at: u64,
-    pub until: u64,
-    pub floor: u64,
-    pub renewed: bool,
-    pub written: u64,
-}
-
-/// The state as a holder read it: version and the updates in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Stored {
-    pub version: u64,
-    pub updates: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -335,6 +303,10 @@ pub struct Client {
     pub saw_held: bool,
     /// Which of its updates the client is making (0-based).
     pub update: u8,
+    /// What the guest's lock remembers between this client's updates.
+    pub memory: Memory,
+    /// Tokens the client has made (owners and write tokens are named by this count).
+    pub tokens: u8,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -344,21 +316,20 @@ pub struct World {
     pub rows: Vec<Landed>,
     pub in_flight: Vec<InFlight>,
     /// Keeper's deduplication tokens within the window.
-    pub dedup: BTreeSet<Token>,
+    pub dedup: BTreeSet<String>,
     pub lost_responses: u8,
+    pub failures: u8,
     pub window_expiries: u8,
     pub forces: u8,
     pub merges: u8,
+    pub sets: u8,
     /// Every state row that ever landed, for the properties (merges drop rows from `rows`).
     pub written: Vec<Row>,
     /// Generations forced open: their holders' updates may be lost, by the operator's will.
-    pub forced: u8,
+    pub forced: u64,
     /// Updates acknowledged to their callers (a bit per update).
     pub acknowledged: u8,
-    /// The `set` is still to come / has landed.
-    pub set_pending: bool,
-    pub set_landed: bool,
-    /// Updates whose writes had landed when the `set` replaced the state.
+    /// Updates whose writes had landed or were on their way when a `set` replaced the state.
     pub replaced: u8,
 }
 
@@ -386,11 +357,6 @@ pub enum Action {
         client: u8,
         replica: u8,
     },
-    /// Renew instead of writing.
-    Renew {
-        client: u8,
-        replica: u8,
-    },
     /// The in-flight insert `index` lands on `replica` (everywhere with quorum).
     Land {
         index: usize,
@@ -400,8 +366,12 @@ pub enum Action {
     Ack {
         index: usize,
     },
-    /// Its response is lost: the client sends it again.
+    /// Its response is lost: the client sends it again (or gives up, past its retry bound).
     Lose {
+        index: usize,
+    },
+    /// Its client gives up on it (its retries ran out); the server may still finish it.
+    Fail {
         index: usize,
     },
     /// A replica fetches a row it lacks (without quorum).
@@ -423,130 +393,55 @@ pub enum Action {
 
 impl World {
     /// The rows a read answered by `replica` sees.
-    fn view(&self, replica: u8) -> impl Iterator<Item = &Row> {
+    fn view(&self, replica: u8) -> impl Iterator<Item = &Row> + Clone {
         self.rows
             .iter()
             .filter(move |r| r.replicas & (1 << replica) != 0)
             .map(|r| &r.row)
     }
 
-    /// `FINAL` over the state rows of a view: the highest version, the last inserted of equals.
-    fn final_state<'a>(rows: impl Iterator<Item = &'a Row>) -> Stored {
-        let mut best = Stored::default();
-        let mut seen = false;
-        for row in rows {
-            if let Row::State {
-                version, updates, ..
-            } = row
-                && (!seen || *version >= best.version)
-            {
-                best = Stored {
-                    version: *version,
-                    updates: *updates,
-                };
-                seen = true;
-            }
-        }
-        best
-    }
-
     /// The state every replica converges to.
-    pub fn converged_state(&self) -> Stored {
-        Self::final_state(self.rows.iter().map(|r| &r.row))
+    pub fn converged_state(&self) -> Option<Stored> {
+        final_state(self.rows.iter().map(|r| &r.row))
     }
 }
 
-/// What `log_state` folds for the newest generation of a view.
-fn newest<'a>(rows: impl Iterator<Item = &'a Row> + Clone) -> Newest {
-    let generation = rows
-        .clone()
-        .filter_map(|r| match r {
-            Row::Log { generation, .. } => Some(*generation),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    let mut folded = Newest {
-        generation,
-        ..Newest::default()
-    };
-    if generation == 0 {
-        return folded;
-    }
-    let mut first_acquire: Option<(u64, u8)> = None;
+/// A state row as `FINAL` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub version: u64,
+    pub updates: u8,
+}
+
+/// `FINAL` over the state rows of a view: the highest version, the last inserted of equals.
+fn final_state<'a>(rows: impl Iterator<Item = &'a Row>) -> Option<Stored> {
+    let mut best: Option<Stored> = None;
     for row in rows {
-        let Row::Log {
-            generation: g,
-            event,
-            owner,
-            at,
-            until,
-            floor,
+        if let Row::State {
+            version, updates, ..
         } = row
-        else {
-            continue;
-        };
-        if *g != generation {
-            continue;
-        }
-        match event {
-            Event::Acquire => {
-                if first_acquire.is_none_or(|(a, _)| *at < a) {
-                    first_acquire = Some((*at, *owner));
-                }
-                folded.lease_until_ms = folded.lease_until_ms.max(*until);
-                folded.floor_ms = folded.floor_ms.max(*floor);
-            }
-            Event::Renew => folded.lease_until_ms = folded.lease_until_ms.max(*until),
-            Event::Release => {
-                folded.released = 1;
-                folded.release_cap_ms = folded.release_cap_ms.max(*until);
-            }
-            Event::Force => folded.forced = 1,
+            && best.as_ref().is_none_or(|b| *version >= b.version)
+        {
+            best = Some(Stored {
+                version: *version,
+                updates: *updates,
+            });
         }
     }
-    if let Some((at, owner)) = first_acquire {
-        folded.acquired_at_ms = at;
-        folded.owner = owner_name(owner);
-    }
-    folded
+    best
 }
 
-/// What `log_claims` reads back for `generation`.
-fn claims<'a>(rows: impl Iterator<Item = &'a Row> + Clone, generation: u64) -> Vec<Claim> {
-    let newest_generation = newest(rows.clone()).generation;
-    let previous_until = rows
-        .clone()
-        .filter_map(|r| match r {
-            Row::Log {
-                generation: g,
-                event: Event::Acquire | Event::Renew,
-                until,
-                ..
-            } if *g + 1 == generation => Some(*until),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
+fn stored_row(stored: Option<Stored>) -> Option<(Option<String>, Option<String>, u64)> {
+    stored.map(|s| (Some(partial_of(s.updates)), Some("{}".into()), s.version))
+}
+
+fn log<'a>(
+    rows: impl Iterator<Item = &'a Row> + Clone,
+) -> impl Iterator<Item = &'a LogEntry> + Clone {
     rows.filter_map(|r| match r {
-        Row::Log {
-            generation: g,
-            event: Event::Acquire,
-            owner,
-            at,
-            until,
-            ..
-        } if *g == generation => Some(Claim {
-            owner: owner_name(*owner),
-            at_ms: *at,
-            until_ms: *until,
-            newest: newest_generation,
-            previous_until,
-            stored: vec![],
-        }),
+        Row::Log(Entry(e)) => Some(e),
         _ => None,
     })
-    .collect()
 }
 
 /// The bit of a client's `k`th update (two per client).
@@ -559,33 +454,54 @@ fn client_bits(client: u8) -> u8 {
     0b11 << (2 * client)
 }
 
-/// The `set`'s bit in `updates`.
+/// A `set`'s bit in `updates`.
 pub const SET_BIT: u8 = 1 << 7;
-/// The `set`'s owner.
+/// The client number of a `set`'s rows.
 const SETTER: u8 = 0xfe;
 
-/// A claim's owner id: the client and its attempt, as the guest's random per-claim id.
-fn owner_name(owner: u8) -> String {
-    format!("c{}a{}", owner >> 4, owner & 0xf)
+/// The partial state of one update: a key of its own, so that merges show which updates a
+/// state holds.
+fn update_partial(bit: u8) -> String {
+    format!("{{\"b{}\":1}}", bit.trailing_zeros())
 }
 
-fn handle(grant: &Grant) -> LockHandle {
-    LockHandle {
-        state_id: "s".into(),
-        owner: owner_name(grant.owner),
-        token: grant.generation,
-        acquired_at_ms: grant.at,
-        lease_until_ms: grant.until,
-        floor_ms: grant.floor,
-        last_written_ms: grant.written,
-        mode: LockMode::Fenced,
+/// The partial state holding `updates`, as the guest's JSON writes it (keys in order).
+fn partial_of(updates: u8) -> String {
+    let keys: Vec<String> = (0..8)
+        .filter(|n| updates & (1 << n) != 0)
+        .map(|n| format!("\"b{n}\":1"))
+        .collect();
+    format!("{{{}}}", keys.join(","))
+}
+
+/// The updates a partial state holds (its `b<n>` keys).
+fn updates_in(partial: &str) -> u8 {
+    clickhouse_state::store::parse_object(partial, "partial state")
+        .unwrap_or_default()
+        .keys()
+        .filter_map(|k| k.strip_prefix('b')?.parse::<u8>().ok())
+        .fold(0, |bits, n| bits | (1 << n))
+}
+
+/// A client's view of time and randomness, for the guest's protocol.
+struct ClientEnv {
+    now: u64,
+    client: u8,
+    tokens: u8,
+}
+
+impl Env for ClientEnv {
+    fn now_ms(&self) -> u64 {
+        self.now
     }
-}
-
-/// `confirm_held`: the grant is still the newest, neither released nor forced.
-fn held<'a>(rows: impl Iterator<Item = &'a Row> + Clone, grant: &Grant) -> bool {
-    let current = newest(rows);
-    current.generation == grant.generation && current.released == 0 && current.forced == 0
+    fn new_token(&mut self) -> String {
+        self.tokens += 1;
+        format!("c{}t{}", self.client, self.tokens)
+    }
+    fn random(&mut self) -> u64 {
+        0
+    }
+    fn log(&mut self, _: Level, _: &str) {}
 }
 
 impl LockModel {
@@ -593,285 +509,236 @@ impl LockModel {
         if self.quorum() { 1 } else { self.replicas }
     }
 
+    fn all_replicas(&self) -> u8 {
+        (1 << self.replicas) - 1
+    }
+
     fn clock(&self, world: &World, client: u8) -> u64 {
         world.now + world.clients[client as usize].offset
     }
 
-    fn send(&self, world: &mut World, client: u8, row: Row, token: Token) {
+    fn env(&self, world: &World, client: u8) -> ClientEnv {
+        ClientEnv {
+            now: self.clock(world, client),
+            client,
+            tokens: world.clients[client as usize].tokens,
+        }
+    }
+
+    fn send(
+        &self,
+        world: &mut World,
+        client: Option<u8>,
+        row: Row,
+        token: String,
+        guard: Option<Guard>,
+        retry_until: Option<u64>,
+    ) {
         world.in_flight.push(InFlight {
             client,
             row,
             token,
+            guard,
+            retry_until,
             landed: false,
+            dropped: false,
         });
     }
 
-    fn done(world: &mut World, client: u8, ok: bool) {
+    /// Gives `answer` to `client`'s update and takes its next step.
+    fn answer(&self, world: &mut World, client: u8, mut update: Box<Update>, answer: Answer) {
+        let mut env = self.env(world, client);
+        let step = update.answer(answer, &mut env);
+        world.clients[client as usize].tokens = env.tokens;
+        self.next(world, client, update, step);
+    }
+
+    /// What `client` does after its update asked for `step`.
+    fn next(&self, world: &mut World, client: u8, update: Box<Update>, step: Step) {
+        let now = self.clock(world, client);
         let c = &mut world.clients[client as usize];
-        c.pc = Pc::Done { ok };
-        if ok {
-            world.acknowledged |= update_bit(client, c.update);
+        let mut close = None;
+        c.pc = match step {
+            Step::Send {
+                statement,
+                retry_until_ms,
+            } => Pc::Asks {
+                update,
+                statement,
+                retry_until: retry_until_ms,
+            },
+            Step::Pause(_) => {
+                c.saw_held = true;
+                Pc::Paused {
+                    update,
+                    woken: false,
+                }
+            }
+            Step::Done(Err(_)) => {
+                c.memory = update.into_memory();
+                Pc::Done { ok: false }
+            }
+            Step::Done(Ok(())) => {
+                c.memory = update.into_memory();
+                world.acknowledged |= update_bit(client, c.update);
+                if c.update + 1 < self.updates {
+                    c.update += 1;
+                    Pc::Idle
+                } else if let Some(kept) = c.memory.kept.take() {
+                    // The host's `close`: give the kept grant back.
+                    close = Some(fenced::entry(&kept.handle, Event::Release, now));
+                    Pc::Closing
+                } else {
+                    Pc::Done { ok: true }
+                }
+            }
+        };
+        if let Some(release) = close {
+            let token = release.token();
+            self.send(
+                world,
+                Some(client),
+                Row::Log(Entry(release)),
+                token,
+                None,
+                None,
+            );
         }
     }
 
-    /// The guarded write (`lock::update::write`): the server checks the guard against what the
-    /// read sees and sends the row only if it holds; otherwise the client reads why.
-    /// `claimed_after` is the generation an unconfirmed claim replaced.
-    fn write_guarded(
+    /// Whether `guard` admits a write on the rows of `view`.
+    fn admits<'a>(guard: &Guard, view: impl Iterator<Item = &'a Row> + Clone) -> bool {
+        let stored = final_state(view.clone()).map_or(0, |s| s.version);
+        let claims = fenced::claims_on(log(view.clone()), guard.generation, None);
+        fenced::admits(guard, &fenced::fold(log(view)), &claims, stored)
+    }
+
+    /// Runs `client`'s update from `step`: its reads are answered at once from what `replica`
+    /// has (a read and what the client does with it are one step, as a read followed at once by
+    /// an insert; the insert then lands whenever), up to an insert sent, a pause or the end.
+    fn drive(
         &self,
         world: &mut World,
         client: u8,
-        view: &[Row],
-        grant: Grant,
-        stored: Stored,
-        claimed_after: Option<Newest>,
-    ) -> bool {
-        let now = self.clock(world, client);
-        let current = World::final_state(view.iter());
-        let me = owner_name(grant.owner);
-        let guard = Guard {
-            state_id: "s".into(),
-            generation: grant.generation,
-            owner: me,
-            confirmed: claimed_after.is_none() || self.has(Mutant::NoClaimGuard),
-            previous_until: match &claimed_after {
-                Some(c) if c.released == 0 && c.forced == 0 && !self.has(Mutant::NoGiveWay) => {
-                    c.lease_until_ms
-                }
-                _ => u64::MAX,
-            },
-            expected_version: if self.has(Mutant::NoStaleCheck) {
-                current.version
-            } else {
-                stored.version
-            },
-        };
-        let newest_now = if self.has(Mutant::NoClaimGuard) && claimed_after.is_some() {
-            // The mutant checks nothing of the lock for a claim's first write.
-            Newest {
-                generation: grant.generation,
-                ..Newest::default()
-            }
-        } else {
-            newest(view.iter())
-        };
-        let admitted = fenced::admits(
-            &guard,
-            &newest_now,
-            &claims(view.iter(), grant.generation),
-            current.version,
-        );
-        if !admitted {
-            world.clients[client as usize].pc = Pc::Refused {
-                current: claimed_after,
-                grant,
+        replica: u8,
+        mut update: Box<Update>,
+        mut step: Step,
+    ) {
+        loop {
+            let Step::Send {
+                statement,
+                retry_until_ms,
+            } = step
+            else {
+                return self.next(world, client, update, step);
             };
-            return true;
+            // What the statement gets from what `replica` has: an answer, or an insert sent.
+            let outcome = {
+                let view = world.view(replica);
+                let stored = || stored_row(final_state(view.clone()));
+                match statement {
+                    Statement::ReadOutlook { .. } => Ok(Answer::Outlook(Outlook {
+                        newest: fenced::fold(log(view.clone())),
+                        stored: stored(),
+                    })),
+                    Statement::ReadNewest { .. } => {
+                        Ok(Answer::Newest(fenced::fold(log(view.clone()))))
+                    }
+                    Statement::ReadClaims { generation, .. } => Ok(Answer::Claims(
+                        fenced::claims_on(log(view.clone()), generation, stored()),
+                    )),
+                    Statement::Append(entry) => {
+                        let token = entry.token();
+                        Err((Row::Log(Entry(entry)), token, None))
+                    }
+                    Statement::WriteGuarded {
+                        partial,
+                        completed,
+                        version_ms,
+                        guard,
+                        token,
+                    } => {
+                        if Self::admits(&guard, view.clone()) {
+                            let set = final_state(view).is_some_and(|s| s.updates & SET_BIT != 0);
+                            let updates = updates_in(&partial);
+                            assert!(
+                                partial == partial_of(updates) && completed == "{}",
+                                "the model keeps a state as the updates it holds: {partial} {completed}"
+                            );
+                            let row = Row::State {
+                                version: version_ms,
+                                updates,
+                                generation: guard.generation,
+                                owner: guard.owner.clone(),
+                                client,
+                                after_set: set,
+                            };
+                            Err((row, token, Some(guard)))
+                        } else {
+                            Ok(Answer::Written(Some(0)))
+                        }
+                    }
+                }
+            };
+            let answer = match outcome {
+                Ok(answer) => answer,
+                Err((row, token, guard)) => {
+                    self.send(world, Some(client), row, token, guard, retry_until_ms);
+                    world.clients[client as usize].pc = Pc::Awaiting { update };
+                    return;
+                }
+            };
+            let mut env = self.env(world, client);
+            step = update.answer(answer, &mut env);
+            world.clients[client as usize].tokens = env.tokens;
         }
-        // A kept grant near its lease end is not written under (`update::resume` gives it back
-        // and takes the lock anew; here the update gives up): its write could land after the
-        // lease and tie with the next grant's floor.
-        if claimed_after.is_none()
-            && !self.has(Mutant::KeptToTheEnd)
-            && fenced::near_lease_end(now, grant.until, self.lease)
-        {
-            Self::done(world, client, false);
-            return true;
-        }
-        let version = match propose_version(&handle(&grant), now, stored.version) {
-            Err(_) => {
-                Self::done(world, client, false);
-                return true;
-            }
-            // Above the lease only when something stored is newer than the lease; the guard
-            // checks the grant in the log.
-            Ok(Proposed::Within(v) | Proposed::AboveLease(v)) => v,
-        };
-        let mut grant = grant;
-        grant.written = grant.written.max(version);
-        let k = world.clients[client as usize].update;
-        let updates = stored.updates | update_bit(client, k);
-        let row = Row::State {
-            version,
-            updates,
-            generation: grant.generation,
-            owner: grant.owner,
-            after_set: current.updates & SET_BIT != 0,
-        };
-        // Each write has a token of its own (its retries reuse it).
-        self.send(world, client, row, Token::State(client, k));
-        world.clients[client as usize].pc = Pc::Writing {
-            grant,
-            version,
-            updates,
-        };
-        true
     }
 
     /// A client's next step, its reads answered by `replica` (every replica sees the same
-    /// with quorum).
-    fn step(&self, world: &mut World, client: u8, replica: u8, renew: bool) -> bool {
+    /// with quorum). Returns false when the client cannot step now.
+    fn step(&self, world: &mut World, client: u8, replica: u8) -> bool {
         let now = self.clock(world, client);
         let pc = world.clients[client as usize].pc.clone();
         let view: Vec<Row> = world.view(replica).cloned().collect();
         match (self.protocol, pc) {
             (Protocol::Fenced, Pc::Idle) => {
-                let current = newest(view.iter());
-                if !current.is_free(now) {
-                    world.clients[client as usize].saw_held = true;
-                    return false; // waits; time must pass
-                }
                 let c = &mut world.clients[client as usize];
-                if c.attempts == 0 {
-                    Self::done(world, client, false);
-                    return true;
+                let bit = update_bit(client, c.update);
+                let mut update = Box::new(Update::new(
+                    "s",
+                    &update_partial(bit),
+                    "{}",
+                    self.limits(),
+                    std::mem::take(&mut c.memory),
+                    now,
+                ));
+                let mut env = self.env(world, client);
+                let step = update.start(&mut env);
+                world.clients[client as usize].tokens = env.tokens;
+                self.drive(world, client, replica, update, step);
+            }
+            (Protocol::Fenced, Pc::Paused { mut update, woken }) => {
+                if !woken {
+                    return false; // time must pass
                 }
-                c.attempts -= 1;
-                let owner = (client << 4) | c.attempts;
-                let grant = Grant {
-                    generation: current.generation + 1,
-                    owner,
-                    at: now,
-                    until: now + self.lease,
-                    floor: if self.has(Mutant::NoFloor) {
-                        0
-                    } else {
-                        current.next_floor()
-                    },
-                    renewed: false,
-                    written: 0,
-                };
-                let row = Row::Log {
-                    generation: grant.generation,
-                    event: Event::Acquire,
-                    owner,
-                    at: grant.at,
-                    until: grant.until,
-                    floor: grant.floor,
-                };
-                // `log_outlook`: the newest generation and the state, in one read.
-                let stored = World::final_state(view.iter());
-                self.send(world, client, row, Token::Acquire(grant.generation));
-                world.clients[client as usize].pc = Pc::Claiming {
-                    current,
-                    grant,
-                    stored,
-                };
+                let mut env = self.env(world, client);
+                let step = update.answer(Answer::Resumed, &mut env);
+                world.clients[client as usize].tokens = env.tokens;
+                self.drive(world, client, replica, update, step);
             }
             (
                 Protocol::Fenced,
-                Pc::Claimed {
-                    current,
-                    grant,
-                    stored,
+                Pc::Asks {
+                    update,
+                    statement,
+                    retry_until,
                 },
             ) => {
-                return self.write_guarded(world, client, &view, grant, stored, Some(current));
-            }
-            (Protocol::Fenced, Pc::Refused { current, grant }) => {
-                let me = owner_name(grant.owner);
-                let mine = match &current {
-                    // `log_claims`: decide the claim.
-                    Some(current) => {
-                        let claims = claims(view.iter(), grant.generation);
-                        if self.has(Mutant::NoGiveWay) {
-                            fenced::all_mine(&claims, &me, grant.generation)
-                        } else {
-                            fenced::decide_claim(current, &claims, &me, grant.generation)
-                                == ClaimOutcome::Mine
-                        }
-                    }
-                    // `log_outlook`: is the confirmed grant still the open newest one?
-                    None => newest(view.iter()).is_claim_of(&handle(&grant)) && now <= grant.until,
+                let step = Step::Send {
+                    statement,
+                    retry_until_ms: retry_until,
                 };
-                world.clients[client as usize].pc = if mine {
-                    let stored = World::final_state(view.iter());
-                    Pc::Holding { grant, stored }
-                } else {
-                    // The grant is not this update's: take the lock anew (the next read says
-                    // whether someone holds it).
-                    Pc::Idle
-                };
-            }
-            (Protocol::Fenced, Pc::Holding { grant, stored }) if renew => {
-                if grant.renewed
-                    || fenced::near_lease_end(now, grant.until, self.lease)
-                    || !held(view.iter(), &grant)
-                {
-                    Self::done(world, client, false);
-                    return true;
-                }
-                let until = now + self.lease;
-                let row = Row::Log {
-                    generation: grant.generation,
-                    event: Event::Renew,
-                    owner: grant.owner,
-                    at: now,
-                    until,
-                    floor: grant.floor,
-                };
-                let token = Token::Renew(grant.generation, until, grant.owner);
-                self.send(world, client, row, token);
-                world.clients[client as usize].pc = Pc::Renewing {
-                    grant,
-                    stored,
-                    until,
-                };
-            }
-            (
-                Protocol::Fenced,
-                Pc::Renewed {
-                    mut grant,
-                    stored,
-                    until,
-                },
-            ) => {
-                if !self.has(Mutant::NoRenewConfirm) && !held(view.iter(), &grant) {
-                    Self::done(world, client, false);
-                    return true;
-                }
-                grant.until = until;
-                grant.renewed = true;
-                world.clients[client as usize].pc = Pc::Holding { grant, stored };
-            }
-            (Protocol::Fenced, Pc::Holding { grant, stored }) => {
-                return self.write_guarded(world, client, &view, grant, stored, None);
-            }
-            (
-                Protocol::Fenced,
-                Pc::Written {
-                    grant,
-                    version,
-                    updates,
-                },
-            ) => {
-                let late = fenced::near_lease_end(now, grant.until, self.lease);
-                if late && !self.has(Mutant::NoWriteConfirm) && !held(view.iter(), &grant) {
-                    Self::done(world, client, false);
-                    return true;
-                }
-                let c = &mut world.clients[client as usize];
-                world.acknowledged |= update_bit(client, c.update);
-                if c.update + 1 < self.updates {
-                    // Keep the grant, with the state written, for the next update.
-                    c.update += 1;
-                    c.pc = Pc::Holding {
-                        grant,
-                        stored: Stored { version, updates },
-                    };
-                    return true;
-                }
-                let row = Row::Log {
-                    generation: grant.generation,
-                    event: Event::Release,
-                    owner: grant.owner,
-                    at: now,
-                    until: grant.written,
-                    floor: grant.floor,
-                };
-                let token = Token::Release(grant.generation, grant.owner);
-                self.send(world, client, row, token);
-                world.clients[client as usize].pc = Pc::Releasing;
+                self.drive(world, client, replica, update, step);
             }
             (Protocol::Settle, Pc::Idle) => {
                 if view.iter().any(|r| matches!(r, Row::Candidate { .. })) {
@@ -880,7 +747,7 @@ impl LockModel {
                 }
                 let c = &mut world.clients[client as usize];
                 if c.attempts == 0 {
-                    Self::done(world, client, false);
+                    world.clients[client as usize].pc = Pc::Done { ok: false };
                     return true;
                 }
                 c.attempts -= 1;
@@ -888,8 +755,8 @@ impl LockModel {
                     client,
                     locked_at: now,
                 };
-                let token = Token::Candidate(client, c.attempts);
-                self.send(world, client, row, token);
+                let token = format!("candidate/{client}/{}", c.attempts);
+                self.send(world, Some(client), row, token, None, None);
                 world.clients[client as usize].pc = Pc::Inserting { before: now };
             }
             (Protocol::Settle, Pc::Settling { wake, reference }) => {
@@ -922,7 +789,8 @@ impl LockModel {
             }
             (Protocol::Settle, Pc::InSection) => {
                 Self::withdraw(world, client);
-                Self::done(world, client, true);
+                world.clients[client as usize].pc = Pc::Done { ok: true };
+                world.acknowledged |= update_bit(client, 0);
             }
             _ => return false,
         }
@@ -936,52 +804,44 @@ impl LockModel {
             .retain(|r| !matches!(r.row, Row::Candidate { client: c, .. } if c == client));
     }
 
-    /// The acknowledgement of a client's insert arrives.
-    fn acknowledge(&self, world: &mut World, client: u8) {
+    /// The acknowledgement of a client's insert arrives (`dropped`: it landed as nothing).
+    fn acknowledge(&self, world: &mut World, client: u8, row: &Row, dropped: bool) {
         let now = self.clock(world, client);
         let pc = world.clients[client as usize].pc.clone();
-        world.clients[client as usize].pc = match pc {
-            Pc::Claiming {
-                current,
-                grant,
-                stored,
-            } => Pc::Claimed {
-                current,
-                grant,
-                stored,
-            },
-            Pc::Renewing {
-                grant,
-                stored,
-                until,
-            } => Pc::Renewed {
-                grant,
-                stored,
-                until,
-            },
-            Pc::Writing {
-                grant,
-                version,
-                updates,
-            } => Pc::Written {
-                grant,
-                version,
-                updates,
-            },
-            Pc::Releasing => {
-                Self::done(world, client, true);
-                return;
+        match pc {
+            Pc::Awaiting { update } => {
+                let answer = match row {
+                    Row::State { .. } => Answer::Written(Some(u64::from(!dropped))),
+                    _ => Answer::Appended,
+                };
+                self.answer(world, client, update, answer);
             }
-            Pc::Inserting { before } => Pc::Settling {
-                wake: now + self.settle,
-                reference: if self.has(Mutant::SettleBeforeInsert) {
-                    before
-                } else {
-                    now
-                },
-            },
-            other => other,
-        };
+            Pc::Closing => world.clients[client as usize].pc = Pc::Done { ok: true },
+            Pc::Inserting { before } => {
+                world.clients[client as usize].pc = Pc::Settling {
+                    wake: now + self.settle,
+                    reference: if self.has(Mutant::SettleBeforeInsert) {
+                        before
+                    } else {
+                        now
+                    },
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A client's insert failed: its update gets the failure (it may still land).
+    fn failed(&self, world: &mut World, client: u8) {
+        match world.clients[client as usize].pc.clone() {
+            Pc::Awaiting { update } => {
+                let error = Error::Unreachable("the model's client gave up".into());
+                self.answer(world, client, update, Answer::Failed(error));
+            }
+            // Giving back a kept grant at close is best effort.
+            Pc::Closing => world.clients[client as usize].pc = Pc::Done { ok: true },
+            _ => {}
+        }
     }
 }
 
@@ -1065,20 +925,22 @@ impl Model for LockModel {
                         attempts: self.attempts,
                         saw_held: false,
                         update: 0,
+                        memory: Memory::default(),
+                        tokens: 0,
                     })
                     .collect(),
                 rows: vec![],
                 in_flight: vec![],
                 dedup: BTreeSet::new(),
                 lost_responses: self.lost_responses,
+                failures: self.failures,
                 window_expiries: self.window_expiries,
                 forces: self.forces,
                 merges: self.merges,
+                sets: self.sets,
                 written: vec![],
                 forced: 0,
                 acknowledged: 0,
-                set_pending: self.setter,
-                set_landed: false,
                 replaced: 0,
             })
             .collect()
@@ -1089,38 +951,41 @@ impl Model for LockModel {
             actions.push(Action::Tick);
         }
         for (i, c) in world.clients.iter().enumerate() {
-            let client = i as u8;
             let steps = matches!(
                 c.pc,
                 Pc::Idle
-                    | Pc::Claimed { .. }
-                    | Pc::Refused { .. }
-                    | Pc::Holding { .. }
-                    | Pc::Renewed { .. }
-                    | Pc::Written { .. }
+                    | Pc::Asks { .. }
+                    | Pc::Paused { .. }
                     | Pc::Settling { .. }
                     | Pc::InSection
             );
             if !steps {
                 continue;
             }
-            for replica in 0..self.replicas_to_ask() {
-                actions.push(Action::Step { client, replica });
-                if self.renew && matches!(&c.pc, Pc::Holding { grant, .. } if !grant.renewed) {
-                    actions.push(Action::Renew { client, replica });
-                }
+            let reads = matches!(c.pc, Pc::Asks { .. } | Pc::Settling { .. } | Pc::Idle);
+            let replicas = if reads { self.replicas_to_ask() } else { 1 };
+            for replica in 0..replicas {
+                actions.push(Action::Step {
+                    client: i as u8,
+                    replica,
+                });
             }
         }
         for (index, f) in world.in_flight.iter().enumerate() {
             if f.landed {
-                actions.push(Action::Ack { index });
-                if world.lost_responses > 0 {
-                    actions.push(Action::Lose { index });
+                if f.client.is_some() {
+                    actions.push(Action::Ack { index });
+                    if world.lost_responses > 0 {
+                        actions.push(Action::Lose { index });
+                    }
                 }
             } else {
                 for replica in 0..self.replicas_to_ask() {
                     actions.push(Action::Land { index, replica });
                 }
+            }
+            if f.client.is_some() && world.failures > 0 {
+                actions.push(Action::Fail { index });
             }
         }
         if !self.quorum() {
@@ -1140,10 +1005,12 @@ impl Model for LockModel {
                 actions.push(Action::Merge { replica });
             }
         }
-        if world.forces > 0 && !newest(world.rows.iter().map(|r| &r.row)).is_free(world.now) {
+        if world.forces > 0
+            && !fenced::fold(log(world.rows.iter().map(|r| &r.row))).is_free(world.now)
+        {
             actions.push(Action::Force);
         }
-        if world.set_pending {
+        if world.sets > 0 {
             actions.push(Action::Set);
         }
     }
@@ -1151,42 +1018,82 @@ impl Model for LockModel {
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut world = last.clone();
         match action {
-            Action::Tick => world.now += 1,
-            Action::Step { client, replica } => {
-                if !self.step(&mut world, client, replica, false) {
-                    return None;
+            Action::Tick => {
+                world.now += 1;
+                for c in &mut world.clients {
+                    if let Pc::Paused { woken, .. } = &mut c.pc {
+                        *woken = true;
+                    }
                 }
             }
-            Action::Renew { client, replica } => {
-                if !self.step(&mut world, client, replica, true) {
+            Action::Step { client, replica } => {
+                if !self.step(&mut world, client, replica) {
                     return None;
                 }
             }
             Action::Land { index, replica } => {
+                let replicas = if self.quorum() {
+                    self.all_replicas()
+                } else {
+                    1 << replica
+                };
+                let f = &world.in_flight[index];
+                // Sent again after a lost response: the server evaluates the guard anew.
+                let refused = f
+                    .guard
+                    .as_ref()
+                    .is_some_and(|g| f.dropped && !Self::admits(g, world.view(replica)));
                 let f = &mut world.in_flight[index];
                 f.landed = true;
+                f.dropped = refused;
                 let (row, token) = (f.row.clone(), f.token.clone());
                 // Keeper's deduplication: the token is checked and stored with the part, in
                 // one transaction, cluster-wide.
-                if world.dedup.insert(token) {
+                if refused || !world.dedup.insert(token) {
+                    world.in_flight[index].dropped = true;
+                } else {
                     if let Row::State { .. } = row {
                         world.written.push(row.clone());
                     }
-                    let replicas = if self.quorum() {
-                        (1 << self.replicas) - 1
-                    } else {
-                        1 << replica
-                    };
                     world.rows.push(Landed { row, replicas });
+                }
+                // Given up on by its client: nobody waits for the answer.
+                if world.in_flight[index].client.is_none() {
+                    world.in_flight.remove(index);
                 }
             }
             Action::Ack { index } => {
                 let f = world.in_flight.remove(index);
-                self.acknowledge(&mut world, f.client);
+                if let Some(client) = f.client {
+                    self.acknowledge(&mut world, client, &f.row, f.dropped);
+                }
             }
             Action::Lose { index } => {
                 world.lost_responses -= 1;
-                world.in_flight[index].landed = false;
+                let f = world.in_flight[index].clone();
+                let client = f.client?;
+                let past = f
+                    .retry_until
+                    .is_some_and(|u| self.clock(&world, client) > u);
+                if past {
+                    world.in_flight.remove(index);
+                    self.failed(&mut world, client);
+                } else {
+                    // Sent again; `dropped` marks it as a resend for the guard.
+                    let f = &mut world.in_flight[index];
+                    f.landed = false;
+                    f.dropped = true;
+                }
+            }
+            Action::Fail { index } => {
+                world.failures -= 1;
+                let client = world.in_flight[index].client?;
+                if world.in_flight[index].landed {
+                    world.in_flight.remove(index);
+                } else {
+                    world.in_flight[index].client = None;
+                }
+                self.failed(&mut world, client);
             }
             Action::Replicate { row, replica } => world.rows[row].replicas |= 1 << replica,
             Action::WindowPasses => {
@@ -1202,14 +1109,15 @@ impl Model for LockModel {
             Action::Set => {
                 // One statement: the server puts the version above what it stores, and the
                 // row lands everywhere (the model's `set` runs with quorum).
-                world.set_pending = false;
-                let stored = world.converged_state();
-                let version = world.now.max(stored.version + 1);
+                world.sets -= 1;
+                let stored = world.converged_state().map_or(0, |s| s.version);
+                let version = world.now.max(stored + 1);
                 let row = Row::State {
                     version,
                     updates: SET_BIT,
                     generation: 0,
-                    owner: SETTER,
+                    owner: "setter".into(),
+                    client: SETTER,
                     after_set: false,
                 };
                 // It replaces what landed before it, and what was on its way: in either order
@@ -1223,25 +1131,25 @@ impl Model for LockModel {
                 world.written.push(row.clone());
                 world.rows.push(Landed {
                     row,
-                    replicas: (1 << self.replicas) - 1,
+                    replicas: self.all_replicas(),
                 });
-                world.set_landed = true;
             }
             Action::Force => {
                 // The operator's row lands at once (its own insert races nothing here).
                 world.forces -= 1;
-                let current = newest(world.rows.iter().map(|r| &r.row));
+                let current = fenced::fold(log(world.rows.iter().map(|r| &r.row)));
                 world.forced |= 1 << current.generation;
                 world.rows.push(Landed {
-                    row: Row::Log {
+                    row: Row::Log(Entry(LogEntry {
+                        state_id: "s".into(),
                         generation: current.generation,
                         event: Event::Force,
-                        owner: 0xff,
-                        at: world.now,
-                        until: 0,
-                        floor: 0,
-                    },
-                    replicas: (1 << self.replicas) - 1,
+                        owner: "operator".into(),
+                        at_ms: world.now,
+                        until_ms: 0,
+                        floor_ms: 0,
+                    })),
+                    replicas: self.all_replicas(),
                 });
             }
         }
@@ -1255,11 +1163,14 @@ impl Model for LockModel {
                     let mut owners = BTreeSet::new();
                     for r in &w.written {
                         if let Row::State {
-                            generation, owner, ..
-                        } = *r
-                            && owner != SETTER
+                            generation,
+                            owner,
+                            client,
+                            ..
+                        } = r
+                            && *client != SETTER
                         {
-                            owners.insert((generation, owner));
+                            owners.insert((*generation, owner.clone()));
                         }
                     }
                     let generations: BTreeSet<u64> = owners.iter().map(|(g, _)| *g).collect();
@@ -1270,17 +1181,17 @@ impl Model for LockModel {
                     let mut spared = 0u8;
                     for r in &w.written {
                         if let Row::State {
-                            generation, owner, ..
+                            generation, client, ..
                         } = *r
-                            && owner != SETTER
+                            && client != SETTER
                             && w.forced & (1 << generation) != 0
                         {
-                            spared |= client_bits(owner >> 4);
+                            spared |= client_bits(client);
                         }
                     }
                     // ...and those a later `set` replaced.
-                    let converged = w.converged_state();
-                    w.acknowledged & !converged.updates & !spared & !w.replaced == 0
+                    let converged = w.converged_state().map_or(0, |s| s.updates);
+                    w.acknowledged & !converged & !spared & !w.replaced == 0
                 }),
                 Property::<Self>::always(FENCED, |_, w| {
                     let states: Vec<(u64, u64)> = w
@@ -1290,9 +1201,9 @@ impl Model for LockModel {
                             Row::State {
                                 version,
                                 generation,
-                                owner,
+                                client,
                                 ..
-                            } if owner != SETTER => Some((generation, version)),
+                            } if client != SETTER => Some((generation, version)),
                             _ => None,
                         })
                         .collect();
@@ -1305,7 +1216,7 @@ impl Model for LockModel {
                 w.clients.iter().filter(|c| c.pc == Pc::InSection).count() <= 1
             })],
         };
-        if self.setter {
+        if self.sets > 0 {
             properties.push(Property::<Self>::always(SET_KEPT, |_, w| {
                 w.written.iter().all(|r| match r {
                     Row::State {

@@ -249,6 +249,71 @@ pub fn released(lock: &LockHandle) -> Newest {
     }
 }
 
+/// What `Statements::log_state` folds from an id's lock log: its newest generation (generation
+/// 0 when the id was never locked). The SQL is the one that runs; this is the same fold in
+/// Rust, for the model, and the engine test `lock_log` checks that the two agree.
+pub fn fold<'a>(log: impl Iterator<Item = &'a LogEntry> + Clone) -> Newest {
+    let generation = log.clone().map(|e| e.generation).max().unwrap_or(0);
+    let mut folded = Newest {
+        generation,
+        ..Newest::default()
+    };
+    if generation == 0 {
+        return folded;
+    }
+    let mut first_claim: Option<&LogEntry> = None;
+    for entry in log.filter(|e| e.generation == generation) {
+        match entry.event {
+            Event::Acquire => {
+                if first_claim.is_none_or(|f| entry.at_ms < f.at_ms) {
+                    first_claim = Some(entry);
+                }
+                folded.lease_until_ms = folded.lease_until_ms.max(entry.until_ms);
+                folded.floor_ms = folded.floor_ms.max(entry.floor_ms);
+            }
+            Event::Renew => folded.lease_until_ms = folded.lease_until_ms.max(entry.until_ms),
+            Event::Release => {
+                folded.released = 1;
+                folded.release_cap_ms = folded.release_cap_ms.max(entry.until_ms);
+            }
+            Event::Force => folded.forced = 1,
+        }
+    }
+    if let Some(first) = first_claim {
+        folded.acquired_at_ms = first.at_ms;
+        folded.owner = first.owner.clone();
+    }
+    folded
+}
+
+/// What `Statements::log_claims` reads back for `generation` (with the stored state `stored`),
+/// in Rust (see [`fold`]).
+pub fn claims_on<'a>(
+    log: impl Iterator<Item = &'a LogEntry> + Clone,
+    generation: u64,
+    stored: Option<super::StoredRow>,
+) -> Vec<Claim> {
+    let newest = log.clone().map(|e| e.generation).max().unwrap_or(0);
+    let previous_until = log
+        .clone()
+        .filter(|e| {
+            e.generation + 1 == generation && matches!(e.event, Event::Acquire | Event::Renew)
+        })
+        .map(|e| e.until_ms)
+        .max()
+        .unwrap_or(0);
+    log.filter(|e| e.generation == generation && e.event == Event::Acquire)
+        .map(|e| Claim {
+            owner: e.owner.clone(),
+            at_ms: e.at_ms,
+            until_ms: e.until_ms,
+            newest,
+            previous_until,
+            stored: stored.iter().cloned().collect(),
+        })
+        .collect()
+}
+
 pub(crate) fn newest<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Newest> {
     Ok(exec
         .fetch_first(&exec.sql.log_state(state_id))?
