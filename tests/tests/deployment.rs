@@ -10,13 +10,16 @@ use std::sync::{Arc, Mutex};
 
 use clickhouse_state::config::Config;
 use clickhouse_state::deployment::{Consistency, Kind};
-use clickhouse_state::http::{Client, Request, Response, Transport, TransportError};
+use clickhouse_state::http::Client;
 use clickhouse_state::lock::fenced;
 use clickhouse_state::rows;
 use clickhouse_state::sql::{Guard, Query, Role, StateRow, Statements};
 use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{Error, InstanceOptions, State};
 use integration_tests::{LocalServer, Target, TestTable, runtime};
+
+mod common;
+use common::Ureq;
 
 fn replica_server() -> LocalServer {
     let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -136,46 +139,6 @@ async fn one_server_checks_its_tables_and_migrate_validates_them() {
 
 // -- the settings each deployment kind sends ------------------------------------------------
 
-/// The guest's HTTP client, compiled natively, over plain blocking HTTP.
-struct Ureq;
-
-impl Transport for Ureq {
-    fn send(&self, request: Request) -> Result<Response, TransportError> {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut call = agent.post(format!(
-            "http://{}{}",
-            request.authority, request.path_and_query
-        ));
-        for (name, value) in &request.headers {
-            call = call.header(name.as_str(), String::from_utf8_lossy(value).into_owned());
-        }
-        let mut response = call
-            .send(&request.body[..])
-            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(name, value)| {
-                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-                (name.as_str().to_owned(), value)
-            })
-            .collect();
-        let body = response
-            .body_mut()
-            .read_to_vec()
-            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
-        Ok(Response {
-            status,
-            headers,
-            body,
-        })
-    }
-}
-
 /// A row of another id than the one whose version the test checks.
 fn state_row(n: u64) -> StateRow<'static> {
     StateRow {
@@ -222,6 +185,7 @@ fn every_kind_sends_settings_the_engine_accepts() {
         Kind::Cloud,
         Kind::Replicated,
         Kind::Missing,
+        Kind::Unknown,
     ]
     .into_iter()
     .enumerate()

@@ -1,0 +1,44 @@
+//! What several test files share without the integration-tests library (which cannot use the
+//! guest crate, a dev-dependency).
+
+use clickhouse_state::http::{Request, Response, Transport, TransportError};
+
+/// The guest's HTTP client, compiled natively, over plain blocking HTTP.
+pub struct Ureq;
+
+impl Transport for Ureq {
+    fn send(&self, request: Request) -> Result<Response, TransportError> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut call = agent.post(format!(
+            "http://{}{}",
+            request.authority, request.path_and_query
+        ));
+        for (name, value) in &request.headers {
+            call = call.header(name.as_str(), String::from_utf8_lossy(value).into_owned());
+        }
+        let mut response = call
+            .send(&request.body[..])
+            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.as_str().to_owned(), value)
+            })
+            .collect();
+        let body = response
+            .body_mut()
+            .read_to_vec()
+            .map_err(|e| TransportError::Unreachable(e.to_string()))?;
+        Ok(Response {
+            status,
+            headers,
+            body,
+        })
+    }
+}

@@ -1,0 +1,103 @@
+//! The lock log's folds, in SQL and in Rust, agree on the real engine.
+//!
+//! The component folds the log in the server (`Statements::log_state`, `log_claims`); the model
+//! (`model/`) folds it with the guest's Rust twins (`fenced::fold`, `fenced::claims_on`). The
+//! model's verdicts hold for the code that runs only if the two say the same of every log, so
+//! random logs are written to the local ClickHouse and read back both ways.
+
+use clickhouse_state::error::Result;
+use clickhouse_state::exec::{Exec, Host, Level};
+use clickhouse_state::lock::fenced::{self, Claim, Event, LogEntry, Newest};
+use integration_tests::{TestTable, splitmix64};
+
+mod common;
+use common::Ureq;
+
+struct Clock;
+
+impl Host for Clock {
+    fn now_ms(&self) -> u64 {
+        1_700_000_000_000
+    }
+    fn sleep_ms(&self, _: u64) {}
+    fn random_u128(&self) -> u128 {
+        uuid::Uuid::new_v4().as_u128()
+    }
+    fn log(&self, _: Level, _: &str) {}
+}
+
+/// A random log of one id: up to 4 generations, claims by up to 3 owners, renewals, releases
+/// (with caps) and forces, in any order. Times are distinct (ties in `at_ms` are the server's
+/// to break, see `fenced::fold`).
+fn random_log(state_id: &str, seed: &mut u64) -> Vec<LogEntry> {
+    let rows = splitmix64(seed) % 9;
+    let mut at = 0;
+    (0..rows)
+        .map(|_| {
+            at += 1 + splitmix64(seed) % 5;
+            let event = [
+                Event::Acquire,
+                Event::Acquire,
+                Event::Renew,
+                Event::Release,
+                Event::Force,
+            ][(splitmix64(seed) % 5) as usize];
+            LogEntry {
+                state_id: state_id.to_string(),
+                generation: 1 + splitmix64(seed) % 4,
+                event,
+                owner: ["a", "b", "c"][(splitmix64(seed) % 3) as usize].to_string(),
+                at_ms: at,
+                until_ms: splitmix64(seed) % 40,
+                floor_ms: splitmix64(seed) % 20,
+            }
+        })
+        .collect()
+}
+
+fn sorted(mut claims: Vec<Claim>) -> Vec<Claim> {
+    claims.sort_by(|a, b| (&a.owner, a.at_ms, a.until_ms).cmp(&(&b.owner, b.at_ms, b.until_ms)));
+    claims
+}
+
+#[test]
+fn the_sql_and_the_rust_folds_of_the_lock_log_agree() -> Result<()> {
+    let table = TestTable::new("lock_log");
+    let exec = Exec::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
+    exec.migrate()?;
+    let mut seed = 0x5eed_u64;
+    let mut compared = 0;
+    for case in 0..60 {
+        let state_id = format!("case-{case}");
+        let log = random_log(&state_id, &mut seed);
+        for entry in &log {
+            let mut row = serde_json::to_vec(entry).expect("a log row encodes");
+            row.push(b'\n');
+            exec.run(&exec.sql.log_insert(row, &exec.new_token()))?;
+        }
+        let newest: Newest = exec
+            .fetch_first(&exec.sql.log_state(&state_id))?
+            .unwrap_or_default();
+        assert_eq!(newest, fenced::fold(log.iter()), "log_state of {log:#?}");
+        let outlook: fenced::Outlook = exec
+            .fetch_first(&exec.sql.log_outlook(&state_id))?
+            .unwrap_or_default();
+        assert_eq!(
+            outlook.newest,
+            fenced::fold(log.iter()),
+            "log_outlook of {log:#?}"
+        );
+        for generation in 1..=5 {
+            let read = exec.sql.log_claims(&state_id, generation, false);
+            let claims: Vec<Claim> = exec.fetch(&read)?;
+            assert_eq!(
+                sorted(claims),
+                sorted(fenced::claims_on(log.iter(), generation, None)),
+                "log_claims of generation {generation} of {log:#?}"
+            );
+            compared += 1;
+        }
+    }
+    eprintln!("{compared} claim reads and 120 folds compared");
+    Ok(())
+}
