@@ -394,6 +394,14 @@ impl Statements {
     /// Overwrites one state in one round trip, its version computed by the server: the
     /// caller's clock, but above anything stored (`set`). For states up to
     /// [`GUARDED_MAX_BYTES`].
+    ///
+    /// Sent again (its answer lost), it must not land twice: a second landing goes above
+    /// whatever was written in between and buries it. Token deduplication cannot promise that
+    /// (a single server's state table has no deduplication window, and from 26.1 an
+    /// `INSERT ... SELECT` is not deduplicated by default), so the statement checks for itself:
+    /// it writes nothing when a row with these very parts is stored at or above its version,
+    /// which its own first landing is. (Such a row written by another is the same state at a
+    /// later version: this write is already in effect.)
     pub fn set_above_stored(&self, state: StateRow<'_>, token: &str) -> Query {
         // An aggregate over the id's rows, not a scalar subquery: one pass fewer (about a
         // quarter of the statement's time on the local engine). With no rows it still gives one
@@ -403,7 +411,10 @@ impl Statements {
              SELECT {{id:String}}, {{partial:String}}, {{completed:String}}, \
              greatest(fromUnixTimestamp64Milli(toInt64({{version:UInt64}})), \
              max(updated_at) + toIntervalMillisecond(1)) \
-             FROM {state} WHERE state_id = {{id:String}}",
+             FROM {state} WHERE state_id = {{id:String}} \
+             HAVING countIf(partial_state = {{partial:String}} \
+             AND completed_state = {{completed:String}} \
+             AND updated_at >= fromUnixTimestamp64Milli(toInt64({{version:UInt64}}))) = 0",
             state = self.state
         ))
         .param("id", state.state_id);
