@@ -114,7 +114,7 @@ test: guest
     # --workspace: the same dependency features as the test build above, so nothing rebuilds
     BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
 
-# The lock's model: checks every state within its bounds, and that each mutant is caught
+# The lock's model, running the guest's own update machine: checks every state within its bounds
 model:
     cargo test -p lock-model --test check -- --nocapture --test-threads=1
 

@@ -1,4 +1,5 @@
-//! Meltano's deep merge of state objects.
+//! Meltano's deep merge of state objects, its update rule, and the JSON objects a state's parts
+//! are.
 //!
 //! `merge(src, dest)`: for each key of `src`, an object value is merged recursively into
 //! `dest[key]`; any other value replaces `dest[key]` (arrays are replaced, not concatenated).
@@ -6,6 +7,8 @@
 //! is one; here the object from `src` replaces it, as any other `src` value would.
 
 use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
 
 /// Merges `src` into `dest`; `src` wins.
 pub fn merge(src: Map<String, Value>, dest: &mut Map<String, Value>) {
@@ -23,6 +26,65 @@ pub fn merge(src: Map<String, Value>, dest: &mut Map<String, Value>) {
                 dest.insert(key, other);
             }
         }
+    }
+}
+
+/// Meltano's update of `stored` by a state whose parts are `partial` and `completed`: a
+/// partial state merges into the stored partial and keeps the stored completed; a complete
+/// state replaces everything and resets the partial.
+pub fn merged(
+    partial: Map<String, Value>,
+    completed: Map<String, Value>,
+    stored: Option<crate::rows::StoredTuple>,
+) -> (String, String) {
+    match stored {
+        Some((stored_partial, stored_completed, _)) if completed.is_empty() => {
+            let mut merged = stored_partial
+                .as_deref()
+                .and_then(|p| parse_object(p, "stored partial state").ok())
+                .unwrap_or_default();
+            merge(partial, &mut merged);
+            (
+                Value::Object(merged).to_string(),
+                or_empty(stored_completed),
+            )
+        }
+        _ if !completed.is_empty() => ("{}".into(), Value::Object(completed).to_string()),
+        _ => (Value::Object(partial).to_string(), "{}".into()),
+    }
+}
+
+/// Parses JSON text that must be an object.
+pub fn parse_object(text: &str, what: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(Error::InvalidInput(format!(
+            "the {what} must be a JSON object, not {}",
+            kind_of(&other)
+        ))),
+        Err(e) => Err(Error::InvalidInput(format!(
+            "the {what} is not valid JSON: {e}"
+        ))),
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+pub fn or_empty(part: Option<String>) -> String {
+    // JSON's whitespace is ASCII; `trim_ascii` looks at the ends only (`trim`'s Unicode
+    // predicate showed up in the profile of a 100k-state `get-all`).
+    match part {
+        Some(text) if !matches!(text.trim_ascii(), "" | "null") => text,
+        _ => "{}".into(),
     }
 }
 

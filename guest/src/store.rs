@@ -9,8 +9,8 @@ use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host};
 use crate::glob;
 use crate::http::Transport;
-use crate::lock::update::merged;
 use crate::lock::{self, LockHandle, Locks};
+use crate::merge::{merged, or_empty, parse_object};
 use crate::rows;
 use crate::sql::{Query, StateRow};
 
@@ -365,40 +365,6 @@ fn validate_state(state: &State) -> Result<()> {
     parse_object(&state.partial, "partial state")?;
     parse_object(&state.completed, "completed state")?;
     Ok(())
-}
-
-/// Parses JSON text that must be an object.
-pub fn parse_object(text: &str, what: &str) -> Result<Map<String, Value>> {
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(Error::InvalidInput(format!(
-            "the {what} must be a JSON object, not {}",
-            kind_of(&other)
-        ))),
-        Err(e) => Err(Error::InvalidInput(format!(
-            "the {what} is not valid JSON: {e}"
-        ))),
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-pub(crate) fn or_empty(part: Option<String>) -> String {
-    // JSON's whitespace is ASCII; `trim_ascii` looks at the ends only (`trim`'s Unicode
-    // predicate showed up in the profile of a 100k-state `get-all`).
-    match part {
-        Some(text) if !matches!(text.trim_ascii(), "" | "null") => text,
-        _ => "{}".into(),
-    }
 }
 
 #[cfg(test)]

@@ -63,8 +63,8 @@ pub const SET_KEPT: &str = "an update never writes over a set it could see";
 pub const COMPLETES: &str = "an update is acknowledged";
 
 /// A change to settle mode's protocol (which the model still runs from its own copy), to show
-/// that the model finds what it prevents. The fenced protocol's mutants are the guest's own
-/// code, mutated by `cargo mutants` (`just mutants`, docs/lock.md).
+/// that the model finds what it prevents. The fenced protocol has no mutants here: it is the
+/// guest's own code, which is what a mutation changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mutant {
     /// Settle mode compares candidates with the time before the insert, as the original did.
@@ -476,7 +476,7 @@ fn partial_of(updates: u8) -> String {
 
 /// The updates a partial state holds (its `b<n>` keys).
 fn updates_in(partial: &str) -> u8 {
-    clickhouse_state::store::parse_object(partial, "partial state")
+    clickhouse_state::merge::parse_object(partial, "partial state")
         .unwrap_or_default()
         .keys()
         .filter_map(|k| k.strip_prefix('b')?.parse::<u8>().ok())

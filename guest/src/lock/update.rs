@@ -30,15 +30,13 @@
 //! [`Env`]. The component drives it over HTTP (`lock::drive`); the model (`model/`) drives the
 //! very same type through its simulated ClickHouse.
 
-use serde_json::{Map, Value};
-
 use super::fenced::{self, ClaimOutcome, Event, LogEntry, Newest, Outlook};
 use super::wait::Wait;
 use super::{Doubt, Kept, LockHandle, Memory, Proposed, StoredRow, propose_version};
 use crate::config::Config;
 use crate::error::{Error, LockInfo, Result};
 use crate::exec::Level;
-use crate::merge::merge;
+use crate::merge::{merged, parse_object};
 use crate::rows::Claim;
 use crate::sql::Guard;
 
@@ -337,8 +335,10 @@ pub struct Update {
     limits: Limits,
     deadline_ms: u64,
     wait: Wait,
-    /// Refusals because the stored state changed under the grant.
+    /// Refusals because the stored state changed under the current grant.
     refusals: u8,
+    /// Grants given back because their lease ran out before the update could write.
+    handed_back: u8,
     memory: Memory,
     phase: Phase,
 }
@@ -346,6 +346,11 @@ pub struct Update {
 /// Each refusal means someone wrote the id without its lock in between: a few are possible, an
 /// endless stream is not something to chase.
 const MAX_REFUSALS: u8 = 4;
+
+/// A grant whose lease runs out before the update can write is given back and the lock taken
+/// anew; the claims themselves are not bounded by the lock's timeout, so a server slower than
+/// the lease would have the update claim forever.
+const MAX_HAND_BACKS: u8 = 3;
 
 impl Update {
     /// An update of `state_id` by `partial`/`completed` (JSON object texts), given what the lock
@@ -366,6 +371,7 @@ impl Update {
             deadline_ms: now_ms.saturating_add(limits.timeout_ms),
             wait: Wait::default(),
             refusals: 0,
+            handed_back: 0,
             memory,
             phase: Phase::Start,
         }
@@ -401,6 +407,9 @@ impl Update {
             (Phase::HandingBack { kept }, Answer::Appended) => {
                 self.memory.released = Some(fenced::released(&kept.handle));
                 self.memory.last_written = kept.basis;
+                if self.handed_back >= MAX_HAND_BACKS {
+                    return self.finish(Err(self.slower_than_the_lease()));
+                }
                 self.prepare(env)
             }
             (Phase::HandingBack { .. }, Answer::Failed(e)) => {
@@ -408,6 +417,9 @@ impl Update {
                     Level::Warn,
                     &format!("releasing an expiring lock failed; it ends with its lease: {e}"),
                 );
+                if self.handed_back >= MAX_HAND_BACKS {
+                    return self.finish(Err(self.slower_than_the_lease()));
+                }
                 self.prepare(env)
             }
             (
@@ -512,6 +524,14 @@ impl Update {
         }
     }
 
+    fn slower_than_the_lease(&self) -> Error {
+        Error::LockLost(format!(
+            "the lease on {:?} ran out {} times before the update could write (the server is \
+             slower than lock_lease_seconds allows); the update was not written",
+            self.state_id, self.handed_back
+        ))
+    }
+
     fn finish(&mut self, result: Result<()>) -> Step {
         self.phase = Phase::Done;
         Step::Done(result)
@@ -539,6 +559,7 @@ impl Update {
     }
 
     fn hand_back(&mut self, kept: Kept, env: &mut impl Env) -> Step {
+        self.handed_back += 1;
         let row = fenced::entry(&kept.handle, Event::Release, env.now_ms());
         self.phase = Phase::HandingBack { kept };
         Step::send(Statement::Append(row))
@@ -644,6 +665,8 @@ impl Update {
             env.new_token(),
         );
         let row = fenced::entry(&handle, Event::Acquire, now);
+        // A new grant: the refusals under the last one tell nothing of this one.
+        self.refusals = 0;
         self.phase = Phase::Claiming {
             ready: Ready {
                 handle,
@@ -881,33 +904,96 @@ impl Update {
 
     /// The state to write: the update merged into `basis` (see [`merged`]).
     fn merged(&self, basis: Option<StoredRow>) -> Result<(String, String)> {
-        let partial = crate::store::parse_object(&self.partial, "partial state")?;
-        let completed = crate::store::parse_object(&self.completed, "completed state")?;
+        let partial = parse_object(&self.partial, "partial state")?;
+        let completed = parse_object(&self.completed, "completed state")?;
         Ok(merged(partial, completed, basis))
     }
 }
 
-/// Meltano's update of `stored` by a state whose parts are `partial` and `completed`: a
-/// partial state merges into the stored partial and keeps the stored completed; a complete
-/// state replaces everything and resets the partial.
-pub fn merged(
-    partial: Map<String, Value>,
-    completed: Map<String, Value>,
-    stored: Option<StoredRow>,
-) -> (String, String) {
-    match stored {
-        Some((stored_partial, stored_completed, _)) if completed.is_empty() => {
-            let mut merged = stored_partial
-                .as_deref()
-                .and_then(|p| crate::store::parse_object(p, "stored partial state").ok())
-                .unwrap_or_default();
-            merge(partial, &mut merged);
-            (
-                Value::Object(merged).to_string(),
-                crate::store::or_empty(stored_completed),
-            )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Clock {
+        now: u64,
+        tokens: u64,
+    }
+
+    impl Env for Clock {
+        fn now_ms(&self) -> u64 {
+            self.now
         }
-        _ if !completed.is_empty() => ("{}".into(), Value::Object(completed).to_string()),
-        _ => (Value::Object(partial).to_string(), "{}".into()),
+        fn new_token(&mut self) -> String {
+            self.tokens += 1;
+            format!("t{}", self.tokens)
+        }
+        fn random(&mut self) -> u64 {
+            0
+        }
+        fn log(&mut self, _: Level, _: &str) {}
+    }
+
+    const LIMITS: Limits = Limits {
+        lease_ms: 10_000,
+        timeout_ms: 10_000,
+        retry_ms: 100,
+        linger_ms: 5_000,
+    };
+
+    fn claims_of(statement: &Statement, owner: &str, generation: u64) -> Vec<Claim> {
+        assert!(
+            matches!(statement, Statement::ReadClaims { .. }),
+            "{statement:?}"
+        );
+        vec![Claim {
+            owner: owner.into(),
+            at_ms: 0,
+            until_ms: 0,
+            newest: generation,
+            previous_until: 0,
+            stored: vec![],
+        }]
+    }
+
+    /// A server so slow that every claim lands when its lease is nearly over: the update gives
+    /// its grants back and claims anew a bounded number of times, then fails, instead of
+    /// claiming forever (nothing in that cycle waits, so the lock's timeout never ends it).
+    #[test]
+    fn an_update_whose_every_claim_outlasts_its_lease_gives_up() {
+        let mut env = Clock { now: 0, tokens: 0 };
+        let memory = Memory::default();
+        let mut update = Update::new("s", "{\"a\":1}", "{}", LIMITS, memory, 0);
+        let mut step = update.start(&mut env);
+        let mut claims = 0;
+        for _ in 0..100 {
+            let Step::Send { statement, .. } = step.clone() else {
+                break;
+            };
+            let answer = match &statement {
+                Statement::ReadOutlook { .. } => Answer::Outlook(Outlook::default()),
+                Statement::Append(entry) if entry.event == Event::Acquire => {
+                    claims += 1;
+                    // the claim's answer comes back at the end of its lease
+                    env.now = entry.until_ms;
+                    Answer::Appended
+                }
+                Statement::Append(_) => Answer::Appended,
+                Statement::ReadClaims { generation, .. } => {
+                    let owner = format!("t{}", env.tokens);
+                    Answer::Claims(claims_of(&statement, &owner, *generation))
+                }
+                other => panic!("unexpected {other:?}"),
+            };
+            step = update.answer(answer, &mut env);
+        }
+        match step {
+            Step::Done(Err(Error::LockLost(why))) => {
+                assert!(why.contains("ran out 3 times"), "{why}");
+            }
+            other => panic!("expected the update to give up, got {other:?}"),
+        }
+        assert_eq!(claims, 3);
+        // The last grant was given back: the next update claims without reading first.
+        assert!(update.memory().released.is_some());
     }
 }
