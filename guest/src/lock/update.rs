@@ -386,10 +386,6 @@ impl Update {
         self.memory
     }
 
-    pub fn is_done(&self) -> bool {
-        self.phase == Phase::Done
-    }
-
     /// The first step: the kept grant, a claim in doubt that won, or a new claim (after
     /// reading the newest generation with the state, unless this instance released the newest
     /// generation itself).
