@@ -469,9 +469,10 @@ impl Update {
             (Phase::Rechecking { ready, attempted }, Answer::Claims(claims)) => {
                 self.claims_read(ready, attempted, claims, env)
             }
+            // A grant whose lease ended meanwhile goes on here too: `write` gives it back, and a
+            // write that landed is confirmed in the log first (`written`).
             (Phase::Rechecking { ready, attempted }, Answer::Outlook(outlook)) => {
-                let now = env.now_ms();
-                if !outlook.newest.is_claim_of(&ready.handle) || now > ready.handle.lease_until_ms {
+                if !outlook.newest.is_claim_of(&ready.handle) {
                     return self.lost(outlook.newest.info(&self.state_id), env);
                 }
                 self.rechecked(ready, attempted, outlook.stored, env)
@@ -991,5 +992,475 @@ mod tests {
         assert_eq!(claims, 3);
         // The last grant was given back: the next update claims without reading first.
         assert!(update.memory().released.is_some());
+    }
+
+    fn grant(token: u64, lease_until_ms: u64) -> LockHandle {
+        LockHandle {
+            state_id: "s".into(),
+            owner: "me".into(),
+            token,
+            acquired_at_ms: 0,
+            lease_until_ms,
+            floor_ms: 0,
+            last_written_ms: 0,
+            mode: crate::config::LockMode::Fenced,
+        }
+    }
+
+    /// The log's newest generation: `handle`'s grant, open.
+    fn held(handle: &LockHandle) -> Newest {
+        Newest {
+            generation: handle.token,
+            owner: handle.owner.clone(),
+            lease_until_ms: handle.lease_until_ms,
+            ..Newest::default()
+        }
+    }
+
+    /// A later generation, held by someone else until `until`.
+    fn rival(token: u64, until: u64) -> Newest {
+        Newest {
+            generation: token,
+            owner: "rival".into(),
+            lease_until_ms: until,
+            ..Newest::default()
+        }
+    }
+
+    fn kept(handle: LockHandle, basis: Option<StoredRow>) -> Memory {
+        Memory {
+            kept: Some(Kept {
+                handle,
+                basis,
+                last_used_ms: 0,
+            }),
+            ..Memory::default()
+        }
+    }
+
+    fn row(version: u64) -> StoredRow {
+        (Some("{}".into()), Some("{\"v\":1}".into()), version)
+    }
+
+    fn sent(step: &Step) -> &Statement {
+        match step {
+            Step::Send { statement, .. } => statement,
+            other => panic!("expected a statement, got {other:?}"),
+        }
+    }
+
+    /// The guarded write `step` sends: (version, guard).
+    fn write_of(step: &Step) -> (u64, Guard) {
+        match sent(step) {
+            Statement::WriteGuarded {
+                version_ms, guard, ..
+            } => (*version_ms, guard.clone()),
+            other => panic!("expected a guarded write, got {other:?}"),
+        }
+    }
+
+    fn append_of(step: &Step) -> LogEntry {
+        match sent(step) {
+            Statement::Append(entry) => entry.clone(),
+            other => panic!("expected a row of the lock log, got {other:?}"),
+        }
+    }
+
+    fn update_with(memory: Memory, env: &Clock) -> Update {
+        Update::new("s", "{\"a\":1}", "{}", LIMITS, memory, env.now)
+    }
+
+    /// A kept grant with less than half its lease left is renewed (checked in the log, the renew
+    /// row appended, checked again) before the write, which then goes under the new lease; with
+    /// half or more left it is written under at once.
+    #[test]
+    fn a_kept_grant_past_half_its_lease_is_renewed_before_the_write() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let handle = grant(5, env.now + 4_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        let step = update.start(&mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadNewest { .. }),
+            "{step:?}"
+        );
+        let step = update.answer(Answer::Newest(held(&handle)), &mut env);
+        let renew = append_of(&step);
+        assert_eq!(
+            (renew.event, renew.until_ms),
+            (Event::Renew, env.now + LIMITS.lease_ms)
+        );
+        let step = update.answer(Answer::Appended, &mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadNewest { .. }),
+            "{step:?}"
+        );
+        let step = update.answer(Answer::Newest(held(&handle)), &mut env);
+        let (version, guard) = write_of(&step);
+        assert_eq!(
+            (version, guard.generation, guard.confirmed),
+            (env.now, 5, true)
+        );
+        let step = update.answer(Answer::Written(Some(1)), &mut env);
+        assert_eq!(step, Step::Done(Ok(())));
+        let memory = update.into_memory();
+        let after = memory.kept.expect("the grant is kept for the linger");
+        assert_eq!(after.handle.lease_until_ms, env.now + LIMITS.lease_ms);
+        assert_eq!(after.basis.map(|(_, _, v)| v), Some(env.now));
+
+        for left in [LIMITS.lease_ms / 2, LIMITS.lease_ms / 2 + 1_000] {
+            let handle = grant(5, env.now + left);
+            let mut update = update_with(kept(handle, Some(row(90_000))), &env);
+            let step = update.start(&mut env);
+            assert_eq!(write_of(&step).0, env.now, "{left} ms left");
+        }
+    }
+
+    /// A renewal whose renew row landed after a later generation was claimed (the holder
+    /// stalled, or its clock is behind) does not adopt the new lease: writes inside it would
+    /// skip the log check and could overwrite the newer holder's state.
+    #[test]
+    fn a_renewal_that_finds_a_later_generation_is_not_adopted() {
+        let now = 100_000;
+        let handle = grant(5, now + 4_000);
+        let until = now + LIMITS.lease_ms;
+        let (renewal, next) = Renewal::start(handle.clone(), until, now, LIMITS.lease_ms);
+        assert!(matches!(next, Renewing::Send(Statement::ReadNewest { .. })));
+        let (renewal, next) = renewal.answer(Answer::Newest(held(&handle)), now);
+        assert!(matches!(next, Renewing::Send(Statement::Append(_))));
+        let (renewal, next) = renewal.answer(Answer::Appended, now);
+        assert!(matches!(next, Renewing::Send(Statement::ReadNewest { .. })));
+        let (_, next) = renewal.answer(Answer::Newest(rival(6, until)), now);
+        assert!(
+            matches!(next, Renewing::Failed(Error::LockLost(_), ref h) if h.lease_until_ms == handle.lease_until_ms),
+            "{next:?}"
+        );
+
+        // Found before the renew row is sent: nothing is appended.
+        let (renewal, _) = Renewal::start(handle.clone(), until, now, LIMITS.lease_ms);
+        let (_, next) = renewal.answer(Answer::Newest(rival(6, until)), now);
+        assert!(
+            matches!(next, Renewing::Failed(Error::LockLost(_), _)),
+            "{next:?}"
+        );
+    }
+
+    /// A kept grant that turns out lost when renewed: the update takes the lock anew.
+    #[test]
+    fn a_kept_grant_found_lost_is_taken_anew() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let handle = grant(5, env.now + 4_000);
+        let mut update = update_with(kept(handle, None), &env);
+        update.start(&mut env);
+        let step = update.answer(Answer::Newest(rival(6, env.now + 9_000)), &mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+    }
+
+    /// A first write goes under the claim's guard: the stored version it merged into, the
+    /// claim not yet confirmed, and the generation it followed, which was released, not
+    /// checked for a late renewal (only a generation that ended by its lease can be renewed
+    /// after it was read).
+    #[test]
+    fn a_first_write_is_guarded_by_what_it_merged_into() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let mut update = update_with(Memory::default(), &env);
+        let step = update.start(&mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+        let released = Newest {
+            generation: 3,
+            owner: "before".into(),
+            lease_until_ms: env.now + 2_000,
+            released: 1,
+            release_cap_ms: 95_000,
+            ..Newest::default()
+        };
+        let outlook = Outlook {
+            newest: released.clone(),
+            stored: Some(row(95_000)),
+        };
+        let step = update.answer(Answer::Outlook(outlook), &mut env);
+        let claim = append_of(&step);
+        assert_eq!((claim.event, claim.generation), (Event::Acquire, 4));
+        let step = update.answer(Answer::Appended, &mut env);
+        let (version, guard) = write_of(&step);
+        assert_eq!(version, env.now);
+        assert_eq!(guard.expected_version, 95_000);
+        assert!(!guard.confirmed);
+        // The released holder's renewal, stalled, landed after its release: the claim still
+        // wins on its first write.
+        let claims = [Claim {
+            owner: guard.owner.clone(),
+            newest: 4,
+            previous_until: released.lease_until_ms + 5_000,
+            ..Claim::default()
+        }];
+        let newest = Newest {
+            generation: 4,
+            owner: guard.owner.clone(),
+            ..Newest::default()
+        };
+        assert!(fenced::admits(&guard, &newest, &claims, 95_000));
+    }
+
+    /// A claim whose answer was lost is kept in doubt; the next update finds it the newest
+    /// grant and writes under it without claiming again, or, its lease over, claims anew.
+    #[test]
+    fn a_claim_in_doubt_that_is_the_newest_grant_is_written_under() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let mut update = update_with(Memory::default(), &env);
+        update.start(&mut env);
+        let step = update.answer(Answer::Outlook(Outlook::default()), &mut env);
+        let claim = append_of(&step);
+        let step = update.answer(Answer::Failed(Error::Unreachable("reset".into())), &mut env);
+        assert!(
+            matches!(step, Step::Done(Err(Error::Unreachable(_)))),
+            "{step:?}"
+        );
+        let memory = update.into_memory();
+        let doubt = memory.doubt.clone().expect("the claim is kept in doubt");
+        assert_eq!(doubt.handle.token, claim.generation);
+
+        let mut update = update_with(memory.clone(), &env);
+        let step = update.start(&mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+        let outlook = Outlook {
+            newest: held(&doubt.handle),
+            stored: None,
+        };
+        let step = update.answer(Answer::Outlook(outlook.clone()), &mut env);
+        let (_, guard) = write_of(&step);
+        assert_eq!(
+            (guard.generation, guard.confirmed),
+            (claim.generation, false)
+        );
+
+        env.now = doubt.handle.lease_until_ms + 1;
+        let mut update = update_with(memory, &env);
+        update.start(&mut env);
+        let step = update.answer(Answer::Outlook(outlook), &mut env);
+        let again = append_of(&step);
+        assert_eq!(
+            (again.event, again.generation),
+            (Event::Acquire, claim.generation + 1)
+        );
+    }
+
+    /// A refused write of a kept grant is read back: a later holder means waiting for it; the
+    /// grant still ours with newer state means merging into that and writing again.
+    #[test]
+    fn a_refused_write_is_read_back_before_anything_else() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let handle = grant(5, env.now + 8_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        update.start(&mut env);
+        let step = update.answer(Answer::Written(Some(0)), &mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+        let later = Outlook {
+            newest: rival(6, env.now + 9_000),
+            stored: Some(row(99_000)),
+        };
+        let step = update.answer(Answer::Outlook(later), &mut env);
+        assert!(matches!(step, Step::Pause(_)), "{step:?}");
+
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        update.start(&mut env);
+        update.answer(Answer::Written(Some(0)), &mut env);
+        let changed = Outlook {
+            newest: held(&handle),
+            stored: Some(row(99_000)),
+        };
+        let step = update.answer(Answer::Outlook(changed), &mut env);
+        let (version, guard) = write_of(&step);
+        assert_eq!((version, guard.expected_version), (env.now, 99_000));
+    }
+
+    /// After a refused write, nothing is written once a contender may see the lease ended: the
+    /// grant is given back (its cap covering the refused version) and the lock taken anew.
+    #[test]
+    fn after_a_refused_write_near_the_lease_end_nothing_is_written() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let handle = grant(5, env.now + 8_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        let (attempted, _) = write_of(&update.start(&mut env));
+        update.answer(Answer::Written(Some(0)), &mut env);
+        env.now = handle.lease_until_ms - fenced::lease_margin_ms(LIMITS.lease_ms);
+        let changed = Outlook {
+            newest: held(&handle),
+            stored: Some(row(99_000)),
+        };
+        let step = update.answer(Answer::Outlook(changed), &mut env);
+        let release = append_of(&step);
+        assert_eq!(
+            (release.event, release.generation, release.until_ms),
+            (Event::Release, 5, attempted)
+        );
+        let step = update.answer(Answer::Appended, &mut env);
+        let claim = append_of(&step);
+        assert_eq!((claim.event, claim.generation), (Event::Acquire, 6));
+    }
+
+    /// A stored version above the lease (written by a holder whose clock is ahead) is covered by
+    /// a renewal of the lease to it before the write is sent: a write landing after the lease
+    /// ended must stay below the next grant's floor.
+    #[test]
+    fn a_version_above_the_lease_is_covered_by_a_renewal_first() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let handle = grant(5, env.now + 8_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        update.start(&mut env);
+        update.answer(Answer::Written(Some(0)), &mut env);
+        let ahead = handle.lease_until_ms + 5_000;
+        let changed = Outlook {
+            newest: held(&handle),
+            stored: Some(row(ahead)),
+        };
+        let step = update.answer(Answer::Outlook(changed), &mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadNewest { .. }),
+            "{step:?}"
+        );
+        let step = update.answer(Answer::Newest(held(&handle)), &mut env);
+        let renew = append_of(&step);
+        assert_eq!(renew.event, Event::Renew);
+        assert!(renew.until_ms > ahead, "{renew:?}");
+        update.answer(Answer::Appended, &mut env);
+        let step = update.answer(Answer::Newest(held(&handle)), &mut env);
+        let (version, guard) = write_of(&step);
+        assert_eq!((version, guard.expected_version), (ahead + 1, ahead));
+        assert!(version <= renew.until_ms);
+    }
+
+    /// Every write refused because the stored state keeps changing under the grant: the update
+    /// gives up after a few, releasing the grant, instead of chasing an endless stream.
+    #[test]
+    fn an_update_refused_again_and_again_gives_up() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let handle = grant(5, env.now + 8_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        let mut step = update.start(&mut env);
+        let mut writes = 0;
+        while let Step::Send {
+            statement: Statement::WriteGuarded { .. },
+            ..
+        } = step
+        {
+            writes += 1;
+            update.answer(Answer::Written(Some(0)), &mut env);
+            let changed = Outlook {
+                newest: held(&handle),
+                stored: Some(row(90_000 + writes)),
+            };
+            step = update.answer(Answer::Outlook(changed), &mut env);
+        }
+        assert_eq!(writes, u64::from(MAX_REFUSALS));
+        assert_eq!(append_of(&step).event, Event::Release);
+        let step = update.answer(Answer::Appended, &mut env);
+        assert!(
+            matches!(&step, Step::Done(Err(Error::LockLost(why))) if why.contains("kept changing")),
+            "{step:?}"
+        );
+    }
+
+    /// A lock held by another is waited for with pauses of 80 to 120 % of the retry interval,
+    /// the last one cut at the timeout, which then says who holds it.
+    #[test]
+    fn a_held_lock_is_waited_for_until_the_timeout() {
+        struct Jittery {
+            clock: Clock,
+            draws: u64,
+        }
+        impl Env for Jittery {
+            fn now_ms(&self) -> u64 {
+                self.clock.now
+            }
+            fn new_token(&mut self) -> String {
+                self.clock.new_token()
+            }
+            fn random(&mut self) -> u64 {
+                self.draws += 1;
+                self.draws.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            }
+            fn log(&mut self, _: Level, _: &str) {}
+        }
+        let mut env = Jittery {
+            clock: Clock {
+                now: 100_000,
+                tokens: 0,
+            },
+            draws: 0,
+        };
+        let start = env.clock.now;
+        let holder = rival(6, start + 60_000);
+        let mut update = Update::new("s", "{}", "{}", LIMITS, Memory::default(), start);
+        let mut step = update.start(&mut env);
+        let mut pauses = vec![];
+        loop {
+            match step {
+                Step::Send { .. } => {
+                    let outlook = Outlook {
+                        newest: holder.clone(),
+                        stored: None,
+                    };
+                    step = update.answer(Answer::Outlook(outlook), &mut env);
+                }
+                Step::Pause(ms) => {
+                    pauses.push(ms);
+                    env.clock.now += ms;
+                    step = update.answer(Answer::Resumed, &mut env);
+                }
+                Step::Done(result) => {
+                    assert!(
+                        matches!(&result, Err(Error::Locked(info)) if info.token == 6),
+                        "{result:?}"
+                    );
+                    break;
+                }
+            }
+        }
+        assert_eq!(env.clock.now, start + LIMITS.timeout_ms);
+        let (last, rest) = pauses.split_last().expect("it waited");
+        assert!(*last <= LIMITS.retry_ms * 120 / 100, "{last}");
+        for pause in rest {
+            assert!(
+                (LIMITS.retry_ms * 80 / 100..=LIMITS.retry_ms * 120 / 100).contains(pause),
+                "{pause} ms"
+            );
+        }
+        assert!(rest.iter().any(|&p| p != rest[0]), "jittered: {rest:?}");
     }
 }
