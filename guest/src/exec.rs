@@ -75,6 +75,16 @@ impl<T: Transport, H: Host> Exec<T, H> {
         self.run_answer(query).map(|answer| answer.written_rows)
     }
 
+    /// As [`Exec::run_written`], and whether the statement was sent more than once (after a
+    /// failure whose outcome was unknown: an earlier send may have landed).
+    pub fn run_written_resent(&self, query: &Query) -> Result<(Option<u64>, bool)> {
+        if !self.checked.get() {
+            self.check_deployment()?;
+        }
+        self.run_counted(query)
+            .map(|(answer, failures)| (answer.written_rows, failures > 0))
+    }
+
     fn run_answer(&self, query: &Query) -> Result<Answer> {
         if !self.checked.get() {
             self.check_deployment()?;
@@ -112,6 +122,11 @@ impl<T: Transport, H: Host> Exec<T, H> {
     }
 
     fn run_checked(&self, query: &Query) -> Result<Answer> {
+        self.run_counted(query).map(|(answer, _)| answer)
+    }
+
+    /// The answer, and how many sends before it failed transiently.
+    fn run_counted(&self, query: &Query) -> Result<(Answer, u32)> {
         let mut migrated = false;
         let mut failures = 0u32;
         let started = self.host.now_ms();
@@ -149,7 +164,7 @@ impl<T: Transport, H: Host> Exec<T, H> {
                         Next::GiveUp(why) => return Err(e.gave_up(&why)),
                     }
                 }
-                other => return other,
+                other => return other.map(|answer| (answer, failures)),
             }
         }
     }

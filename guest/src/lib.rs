@@ -13,6 +13,7 @@ pub mod lock;
 pub mod merge;
 pub mod retry;
 pub mod rows;
+pub mod set;
 pub mod settings;
 pub mod sql;
 pub mod store;

@@ -391,30 +391,19 @@ impl Statements {
         .one_row_of_nothing()
     }
 
-    /// Overwrites one state in one round trip, its version computed by the server: the
-    /// caller's clock, but above anything stored (`set`). For states up to
-    /// [`GUARDED_MAX_BYTES`].
-    ///
-    /// Sent again (its answer lost), it must not land twice: a second landing goes above
-    /// whatever was written in between and buries it. Token deduplication cannot promise that
-    /// (a single server's state table has no deduplication window, and from 26.1 an
-    /// `INSERT ... SELECT` is not deduplicated by default), so the statement checks for itself:
-    /// it writes nothing when a row with these very parts is stored at or above its version,
-    /// which its own first landing is. (Such a row written by another is the same state at a
-    /// later version: this write is already in effect.)
-    pub fn set_above_stored(&self, state: StateRow<'_>, token: &str) -> Query {
-        // An aggregate over the id's rows, not a scalar subquery: one pass fewer (about a
-        // quarter of the statement's time on the local engine). With no rows it still gives one
-        // (`max` of nothing is the epoch), which `one_row_of_nothing` makes sure of.
+    /// Writes one state at its version unless something stored is at or above it (`set`, see
+    /// `crate::set`, whose `lands` is the same rule in Rust). Sent again, it lands at most once:
+    /// its first landing put its version in the table, and merges keep an id's highest
+    /// version. For states up to [`GUARDED_MAX_BYTES`].
+    pub fn set_unless_newer(&self, state: StateRow<'_>, token: &str) -> Query {
+        // An aggregate over the id's rows: with no rows it still gives one (`max` of nothing is
+        // the epoch), which `one_row_of_nothing` makes sure of.
         let query = Query::new(format!(
             "INSERT INTO {state} (state_id, partial_state, completed_state, updated_at) \
              SELECT {{id:String}}, {{partial:String}}, {{completed:String}}, \
-             greatest(fromUnixTimestamp64Milli(toInt64({{version:UInt64}})), \
-             max(updated_at) + toIntervalMillisecond(1)) \
+             fromUnixTimestamp64Milli(toInt64({{version:UInt64}})) \
              FROM {state} WHERE state_id = {{id:String}} \
-             HAVING countIf(partial_state = {{partial:String}} \
-             AND completed_state = {{completed:String}} \
-             AND updated_at >= fromUnixTimestamp64Milli(toInt64({{version:UInt64}}))) = 0",
+             HAVING max(updated_at) < fromUnixTimestamp64Milli(toInt64({{version:UInt64}}))",
             state = self.state
         ))
         .param("id", state.state_id);
@@ -822,7 +811,7 @@ mod tests {
         }
         let guarded = [
             ("write_guarded", s.write_guarded(row, &guard, "t")),
-            ("set_above_stored", s.set_above_stored(row, "t")),
+            ("set_unless_newer", s.set_unless_newer(row, "t")),
         ];
         for (name, query) in guarded {
             assert_eq!(query.role, Role::GuardedInsert, "{name}");

@@ -12,6 +12,7 @@ use crate::http::Transport;
 use crate::lock::{self, LockHandle, Locks};
 use crate::merge::{merged, or_empty, parse_object};
 use crate::rows;
+use crate::set::{self, Answer, Set, Step};
 use crate::sql::{Query, StateRow};
 
 /// A state as the contract carries it: JSON object texts.
@@ -112,15 +113,41 @@ impl<T: Transport, H: Host> Store<T, H> {
         validate_state(state)?;
         let row = state.row(self.exec.host.now_ms());
         if row.fits_in_params() {
-            // One round trip: the server puts the version above what it stores.
-            let token = self.exec.new_token();
-            return self
-                .exec
-                .run(&self.exec.sql.set_above_stored(row, &token))
-                .map(drop);
+            return self.set_at_most_once(state);
         }
         let stored = self.read_version(&self.exec.sql.version_of(&state.state_id))?;
         self.write(std::slice::from_ref(state), self.next_version(stored))
+    }
+
+    /// One round trip in the common case; see `crate::set`.
+    fn set_at_most_once(&self, state: &State) -> Result<()> {
+        let (mut set, mut step) =
+            Set::new(&state.partial, &state.completed, self.exec.host.now_ms());
+        loop {
+            let statement = match step {
+                Step::Done(result) => return result,
+                Step::Send(statement) => statement,
+            };
+            let answer = match statement {
+                set::Statement::WriteUnlessNewer { version_ms } => {
+                    let token = self.exec.new_token();
+                    let query = self
+                        .exec
+                        .sql
+                        .set_unless_newer(state.row(version_ms), &token);
+                    self.exec
+                        .run_written_resent(&query)
+                        .map(|(rows, resent)| Answer::Written { rows, resent })
+                }
+                set::Statement::ReadStored => self.get_versioned(&state.state_id).map(|stored| {
+                    Answer::Stored(stored.map(|(s, v)| (Some(s.partial), Some(s.completed), v)))
+                }),
+                set::Statement::Insert { version_ms } => self
+                    .write(std::slice::from_ref(state), version_ms)
+                    .map(|()| Answer::Inserted),
+            };
+            step = set.answer(answer.unwrap_or_else(Answer::Failed));
+        }
     }
 
     pub fn update(&self, state: &State) -> Result<()> {

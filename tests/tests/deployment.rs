@@ -215,7 +215,7 @@ fn every_kind_sends_settings_the_engine_accepts() {
                 sql.log_outlook("s").query,
                 sql.write_guarded(state_row(n), &guard(), &token),
                 sql.guard_holds(&guard()),
-                sql.set_above_stored(state_row(n), &format!("{token}s")),
+                sql.set_unless_newer(state_row(n), &format!("{token}s")),
             ];
             let roles: Vec<Role> = queries.iter().map(|q| q.role).collect();
             for role in [
@@ -468,7 +468,7 @@ fn statements_over_no_rows_do_not_depend_on_the_profile() {
             version_ms: 1_700_000_000_000,
         };
         let written = client
-            .answer(&sql.set_above_stored(row, &format!("set/{id}")), &profile)
+            .answer(&sql.set_unless_newer(row, &format!("set/{id}")), &profile)
             .expect("set")
             .written_rows;
         assert_eq!(written, Some(1), "{profile:?}: a set of a new id writes");

@@ -370,3 +370,95 @@ async fn a_delete_retried_after_its_answer_was_lost_spares_a_newer_state() {
         .expect("the state written after the delete survives its retry");
     assert_eq!(json(&state.completed)["v"], "new");
 }
+
+/// Runs the first `set` and loses its answer, then holds its resend back a while (and says so).
+#[derive(Default)]
+struct LoseFirstSetAnswer {
+    sets_sent: std::sync::atomic::AtomicUsize,
+    sets_faulted: std::sync::atomic::AtomicUsize,
+    resend_held: std::sync::atomic::AtomicBool,
+}
+
+/// A state write carries the state as a query parameter; the setter's other requests are reads.
+fn is_state_write(uri: &http::Uri) -> bool {
+    uri.query().unwrap_or("").contains("param_completed=")
+}
+
+impl Interceptor for LoseFirstSetAnswer {
+    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
+        if !is_state_write(uri) || self.sets_sent.fetch_add(1, Ordering::SeqCst) != 1 {
+            return None;
+        }
+        self.resend_held.store(true, Ordering::SeqCst);
+        Some(Duration::from_secs(5))
+    }
+}
+
+impl FaultPlan for LoseFirstSetAnswer {
+    fn fault(&self, _method: &http::Method, uri: &http::Uri) -> Option<Fault> {
+        (is_state_write(uri) && self.sets_faulted.fetch_add(1, Ordering::SeqCst) == 0)
+            .then_some(Fault::ResetBeforeResponse)
+    }
+}
+
+/// A `set` lands and its answer is lost; an update merges into it and is acknowledged; a merge
+/// leaves only the update's row; then the set is sent again. The resend must not land above
+/// the update (it would bury an acknowledged update that was built on the set itself): it
+/// writes nothing, and the set reports that its outcome is unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_resent_after_a_merge_does_not_bury_the_update_built_on_it() {
+    let table = TestTable::new("set_resend");
+    let mut writer = table.open().await;
+    writer
+        .set(&State::completed("s", r#"{"v":"old"}"#))
+        .await
+        .unwrap();
+    let lose = Arc::new(LoseFirstSetAnswer::default());
+    let interceptor: Arc<dyn Interceptor> = lose.clone();
+    let mut setter = runtime()
+        .open_with(
+            &table.target.uri(),
+            table.with(&[("retries", "2"), ("retry_backoff_seconds", "0.05")]),
+            InstanceOptions {
+                interceptor: Some(interceptor),
+                faults: Some(lose.clone()),
+                ..InstanceOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let setting =
+        tokio::spawn(async move { setter.set(&State::completed("s", r#"{"v":"set"}"#)).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !lose.resend_held.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the set was never sent again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The set landed: the update merges into it.
+    writer
+        .update(&State::partial("s", r#"{"u":1}"#))
+        .await
+        .expect("the update");
+    table
+        .target
+        .must(&format!("OPTIMIZE TABLE {} FINAL", table.qualified()));
+    assert!(
+        !setting.is_finished(),
+        "the update and the merge came before the resend"
+    );
+    let outcome = setting.await.unwrap();
+    let state = writer.get("s").await.unwrap().expect("a state");
+    assert_eq!(json(&state.completed)["v"], "set", "built on the set");
+    assert_eq!(
+        json(&state.partial)["u"],
+        1,
+        "the acknowledged update survives the resend"
+    );
+    match outcome {
+        Err(e) => assert!(e.to_string().contains("unknown"), "{e}"),
+        Ok(()) => panic!("the set reported success though its outcome is unknown"),
+    }
+}
