@@ -278,10 +278,20 @@ mod tests {
         );
         assert!(m.contains("'cluster' setting"), "{m}");
         assert!(m.contains("two_replicas"), "{m}");
+        assert!(
+            !m.contains("default"),
+            "only clusters with replicas are named: {m}"
+        );
         assert!(m.contains("state: ReplacingMergeTree"), "{m}");
-        // with the setting, plain tables are refused too: they were made before it
-        let m = refused(&config(Some("c")), &observed(&plain, true, &[("c", 2)]));
-        assert!(m.contains("plain tables"), "{m}");
+        // with the setting, plain tables are refused too, macro or not: they were made before
+        // it, and each replica would keep its own
+        for replica_macro in [true, false] {
+            let m = refused(
+                &config(Some("c")),
+                &observed(&plain, replica_macro, &[("c", 2)]),
+            );
+            assert!(m.contains("plain tables"), "{m}");
+        }
     }
 
     #[test]
@@ -350,5 +360,19 @@ mod tests {
         // operator-made Replicated tables count without the setting
         let c = Consistency::observed(&config(None), Kind::Replicated, &seen);
         assert_eq!(c.kind, Kind::Replicated);
+    }
+
+    /// `deduplicate_insert` is sent only to a server that knows it: an unknown setting fails
+    /// every insert.
+    #[test]
+    fn deduplicate_insert_is_sent_where_the_server_has_it() {
+        for known in [0, 1] {
+            let seen = Observed {
+                dedup_setting: known,
+                ..observed(&["MergeTree"], false, &[])
+            };
+            let c = Consistency::observed(&config(None), Kind::SingleServer, &seen);
+            assert_eq!(c.deduplicate_insert, known == 1);
+        }
     }
 }

@@ -816,6 +816,16 @@ mod tests {
         for (name, query) in guarded {
             assert_eq!(query.role, Role::GuardedInsert, "{name}");
         }
+        // The guard is the condition of the write and of its read-only twin, over the log.
+        let (condition, _) = guard_condition(&s, &guard);
+        let write = s.write_guarded(row, &guard, "t").sql;
+        assert!(write.starts_with("INSERT INTO"), "{write}");
+        assert!(write.ends_with(&format!("HAVING {condition}")), "{write}");
+        let holds = s.guard_holds(&guard).sql;
+        assert!(
+            holds.starts_with(&format!("SELECT toUInt8({condition})")),
+            "{holds}"
+        );
         let inserts = [
             ("insert_states", s.insert_states(b"{}".to_vec(), "t")),
             ("log_insert", s.log_insert(b"{}".to_vec(), "t")),
@@ -916,6 +926,9 @@ mod tests {
     fn filters_become_conditions() {
         let s = statements();
         assert!(!s.state_ids(&Filter::All).query.sql.contains("WHERE"));
+        let exact = s.state_ids(&Filter::Exact("dev:x".into())).query;
+        assert!(exact.sql.starts_with("SELECT"), "{}", exact.sql);
+        assert!(exact.sql.contains("WHERE state_id = {pattern:String}"));
         let q = s
             .get_all(&Filter::Match {
                 prefix: "dev:".into(),

@@ -43,6 +43,7 @@ use clickhouse_state::lock::Memory;
 use clickhouse_state::lock::fenced::{self, Event, LogEntry, Outlook};
 use clickhouse_state::lock::settle::{self, Candidate};
 use clickhouse_state::lock::update::{Answer, Env, Limits, Statement, Step, Update};
+use clickhouse_state::set::{self as overwrite, Set};
 use clickhouse_state::sql::{Guard, Role};
 use stateright::{Model, Property};
 
@@ -59,6 +60,9 @@ pub const UNCONTENDED: &str = "an uncontended acquire succeeds";
 /// An update whose guarded write was checked while an unlocked `set` was the stored state
 /// merges into it.
 pub const SET_KEPT: &str = "an update never writes over a set it could see";
+/// A `set` lands at most once: a row of it landing again never shadows a write that knew of
+/// its first landing (an update merged into it, a set sent after it).
+pub const SET_ONCE: &str = "a set sent again never buries a write made after it landed";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
 
@@ -112,7 +116,8 @@ pub struct LockModel {
     pub merges: u8,
     /// Updates each client makes, under one grant kept between them (linger) when 2.
     pub updates: u8,
-    /// Unlocked `set`s another process makes (server-versioned writes, in one step each).
+    /// Processes that each make one unlocked `set` (the guest's `set::Set`), with the
+    /// inserts' faults and a read of the state when it wrote nothing.
     pub sets: u8,
     pub mutant: Option<Mutant>,
 }
@@ -179,10 +184,10 @@ impl LockModel {
             s.iter().any(|(n, v)| *n == "insert_quorum" && *v != "0")
                 && s.contains(&("insert_quorum_parallel", "0"))
         };
+        // A guarded write's condition is a deciding read too.
+        let consistent = |s: &[(&str, &str)]| s.contains(&("select_sequential_consistency", "1"));
         self.replicas <= 1
-            || (quorum(&inserts)
-                && quorum(&plain)
-                && reads.contains(&("select_sequential_consistency", "1")))
+            || (quorum(&inserts) && quorum(&plain) && consistent(&reads) && consistent(&inserts))
     }
 
     fn limits(&self) -> Limits {
@@ -263,6 +268,11 @@ pub struct InFlight {
     pub landed: bool,
     /// It landed as nothing: deduplicated, or its guard refused it when sent again.
     pub dropped: bool,
+    /// Sent more than once (a lost response).
+    pub resent: bool,
+    /// A `set`'s conditional write: it lands only while nothing stored is at or above its
+    /// version (`set::lands`), evaluated at each landing.
+    pub unless_newer: bool,
 }
 
 /// What a client is doing.
@@ -322,7 +332,9 @@ pub struct World {
     pub window_expiries: u8,
     pub forces: u8,
     pub merges: u8,
-    pub sets: u8,
+    pub setters: Vec<Setter>,
+    /// Setters whose row has landed (a bit each): a `set` takes effect at its first landing.
+    pub set_landed: u8,
     /// Every state row that ever landed, for the properties (merges drop rows from `rows`).
     pub written: Vec<Row>,
     /// Generations forced open: their holders' updates may be lost, by the operator's will.
@@ -344,6 +356,9 @@ impl fmt::Debug for World {
         }
         for i in &self.in_flight {
             writeln!(f, "  in flight {i:?}")?;
+        }
+        for (i, s) in self.setters.iter().enumerate() {
+            writeln!(f, "  setter {i}: {s:?}")?;
         }
         Ok(())
     }
@@ -383,8 +398,11 @@ pub enum Action {
     WindowPasses,
     /// An operator forces the lock open (`force_unlock`), at global time.
     Force,
-    /// Another process's unlocked `set` lands.
-    Set,
+    /// A setter's next step; its read is answered by `replica`.
+    SetStep {
+        setter: u8,
+        replica: u8,
+    },
     /// A background merge on `replica` (on every replica with quorum).
     Merge {
         replica: u8,
@@ -454,10 +472,34 @@ fn client_bits(client: u8) -> u8 {
     0b11 << (2 * client)
 }
 
-/// A `set`'s bit in `updates`.
-pub const SET_BIT: u8 = 1 << 7;
-/// The client number of a `set`'s rows.
-const SETTER: u8 = 0xfe;
+/// The time the model starts at: a version is never 0, which the guard reads as "nothing
+/// stored" (real versions are milliseconds since 1970).
+const START: u64 = 1;
+
+/// The bits of the `set`s in `updates`: setter `s` has `1 << (7 - s)`.
+pub const SET_BITS: u8 = 0b1100_0000;
+
+fn set_bit(setter: u8) -> u8 {
+    1 << (7 - setter)
+}
+
+/// A process that makes one unlocked `set`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Setter {
+    Idle,
+    /// Its `set` asked for `statement`, which its next step sends.
+    Asks {
+        set: Set,
+        statement: overwrite::Statement,
+    },
+    /// Waiting for its insert's acknowledgement.
+    Awaiting {
+        set: Set,
+    },
+    Done {
+        ok: bool,
+    },
+}
 
 /// The partial state of one update: a key of its own, so that merges show which updates a
 /// state holds.
@@ -542,6 +584,8 @@ impl LockModel {
             retry_until,
             landed: false,
             dropped: false,
+            resent: false,
+            unless_newer: false,
         });
     }
 
@@ -659,7 +703,7 @@ impl LockModel {
                         token,
                     } => {
                         if Self::admits(&guard, view.clone()) {
-                            let set = final_state(view).is_some_and(|s| s.updates & SET_BIT != 0);
+                            let set = final_state(view).is_some_and(|s| s.updates & SET_BITS != 0);
                             let updates = updates_in(&partial);
                             assert!(
                                 partial == partial_of(updates) && completed == "{}",
@@ -833,6 +877,13 @@ impl LockModel {
 
     /// A client's insert failed: its update gets the failure (it may still land).
     fn failed(&self, world: &mut World, client: u8) {
+        if let Some(setter) = self.setter_of(client) {
+            if let Setter::Awaiting { set } = world.setters[setter as usize].clone() {
+                let error = Error::Unreachable("the model's setter gave up".into());
+                self.set_answer(world, setter, set, overwrite::Answer::Failed(error));
+            }
+            return;
+        }
         match world.clients[client as usize].pc.clone() {
             Pc::Awaiting { update } => {
                 let error = Error::Unreachable("the model's client gave up".into());
@@ -842,6 +893,98 @@ impl LockModel {
             Pc::Closing => world.clients[client as usize].pc = Pc::Done { ok: true },
             _ => {}
         }
+    }
+}
+
+impl LockModel {
+    fn setter_of(&self, client: u8) -> Option<u8> {
+        client.checked_sub(self.clients).filter(|s| *s < self.sets)
+    }
+
+    fn is_setter(&self, client: u8) -> bool {
+        self.setter_of(client).is_some()
+    }
+
+    /// A setter's next step, its read answered by `replica`. Returns false when it cannot step.
+    fn set_step(&self, world: &mut World, setter: u8, replica: u8) -> bool {
+        let (set, step) = match world.setters[setter as usize].clone() {
+            Setter::Idle => Set::new(&partial_of(set_bit(setter)), "{}", world.now),
+            Setter::Asks { set, statement } => (set, overwrite::Step::Send(statement)),
+            _ => return false,
+        };
+        self.set_drive(world, setter, replica, set, step);
+        true
+    }
+
+    /// Runs a setter's `set` from `step`: its read answered at once from `replica`, up to an
+    /// insert sent or the end.
+    fn set_drive(
+        &self,
+        world: &mut World,
+        setter: u8,
+        replica: u8,
+        mut set: Set,
+        mut step: overwrite::Step,
+    ) {
+        loop {
+            let statement = match step {
+                overwrite::Step::Done(result) => {
+                    world.setters[setter as usize] = Setter::Done { ok: result.is_ok() };
+                    return;
+                }
+                overwrite::Step::Send(statement) => statement,
+            };
+            let (version, unless_newer) = match statement {
+                overwrite::Statement::ReadStored => {
+                    let stored = stored_row(final_state(world.view(replica)));
+                    step = set.answer(overwrite::Answer::Stored(stored));
+                    continue;
+                }
+                overwrite::Statement::WriteUnlessNewer { version_ms } => (version_ms, true),
+                overwrite::Statement::Insert { version_ms } => (version_ms, false),
+            };
+            let client = self.clients + setter;
+            let row = Row::State {
+                version,
+                updates: set_bit(setter),
+                // A setter's rows record the sets that had landed when they were sent.
+                generation: u64::from(world.set_landed),
+                owner: "setter".into(),
+                client,
+                after_set: false,
+            };
+            let token = format!("set{setter}/{version}/{unless_newer}");
+            self.send(world, Some(client), row, token, None, None);
+            if let Some(f) = world.in_flight.last_mut() {
+                f.unless_newer = unless_newer;
+            }
+            world.setters[setter as usize] = Setter::Awaiting { set };
+            return;
+        }
+    }
+
+    /// Gives `answer` to a setter's `set`; what it asks next waits for the setter's next step.
+    fn set_answer(&self, world: &mut World, setter: u8, mut set: Set, answer: overwrite::Answer) {
+        world.setters[setter as usize] = match set.answer(answer) {
+            overwrite::Step::Send(statement) => Setter::Asks { set, statement },
+            overwrite::Step::Done(result) => Setter::Done { ok: result.is_ok() },
+        };
+    }
+
+    /// The acknowledgement of a setter's insert arrives.
+    fn set_acknowledged(&self, world: &mut World, setter: u8, f: &InFlight) {
+        let Setter::Awaiting { set } = world.setters[setter as usize].clone() else {
+            return;
+        };
+        let answer = if f.unless_newer {
+            overwrite::Answer::Written {
+                rows: Some(u64::from(!f.dropped)),
+                resent: f.resent,
+            }
+        } else {
+            overwrite::Answer::Inserted
+        };
+        self.set_answer(world, setter, set, answer);
     }
 }
 
@@ -916,7 +1059,7 @@ impl Model for LockModel {
         offsets
             .into_iter()
             .map(|offsets| World {
-                now: 0,
+                now: START,
                 clients: offsets
                     .into_iter()
                     .map(|offset| Client {
@@ -937,7 +1080,8 @@ impl Model for LockModel {
                 window_expiries: self.window_expiries,
                 forces: self.forces,
                 merges: self.merges,
-                sets: self.sets,
+                setters: vec![Setter::Idle; usize::from(self.sets)],
+                set_landed: 0,
                 written: vec![],
                 forced: 0,
                 acknowledged: 0,
@@ -947,7 +1091,7 @@ impl Model for LockModel {
     }
 
     fn actions(&self, world: &World, actions: &mut Vec<Action>) {
-        if world.now < self.horizon {
+        if world.now < START + self.horizon {
             actions.push(Action::Tick);
         }
         for (i, c) in world.clients.iter().enumerate() {
@@ -1010,8 +1154,15 @@ impl Model for LockModel {
         {
             actions.push(Action::Force);
         }
-        if world.sets > 0 {
-            actions.push(Action::Set);
+        for (s, setter) in world.setters.iter().enumerate() {
+            if matches!(setter, Setter::Idle | Setter::Asks { .. }) {
+                for replica in 0..self.replicas_to_ask() {
+                    actions.push(Action::SetStep {
+                        setter: s as u8,
+                        replica,
+                    });
+                }
+            }
         }
     }
 
@@ -1042,7 +1193,14 @@ impl Model for LockModel {
                 let refused = f
                     .guard
                     .as_ref()
-                    .is_some_and(|g| f.dropped && !Self::admits(g, world.view(replica)));
+                    .is_some_and(|g| f.dropped && !Self::admits(g, world.view(replica)))
+                    || f.unless_newer && {
+                        let stored = final_state(world.view(replica)).map(|s| s.version);
+                        let Row::State { version, .. } = f.row else {
+                            unreachable!("a set writes state")
+                        };
+                        !overwrite::lands(stored, version)
+                    };
                 let f = &mut world.in_flight[index];
                 f.landed = true;
                 f.dropped = refused;
@@ -1052,6 +1210,21 @@ impl Model for LockModel {
                 if refused || !world.dedup.insert(token) {
                     world.in_flight[index].dropped = true;
                 } else {
+                    if let Row::State { client, .. } = row
+                        && let Some(setter) = self.setter_of(client)
+                        && world.set_landed & (1 << setter) == 0
+                    {
+                        // The set takes effect: it replaces what landed before it and what was
+                        // on its way (in either order the set may win: the two ran at once).
+                        // Landing again later is not another set.
+                        world.set_landed |= 1 << setter;
+                        let in_flight = world.in_flight.iter().map(|f| &f.row);
+                        for r in world.written.iter().chain(in_flight) {
+                            if let Row::State { updates, .. } = r {
+                                world.replaced |= updates & !SET_BITS;
+                            }
+                        }
+                    }
                     if let Row::State { .. } = row {
                         world.written.push(row.clone());
                     }
@@ -1064,8 +1237,10 @@ impl Model for LockModel {
             }
             Action::Ack { index } => {
                 let f = world.in_flight.remove(index);
-                if let Some(client) = f.client {
-                    self.acknowledge(&mut world, client, &f.row, f.dropped);
+                match f.client.map(|c| (c, self.setter_of(c))) {
+                    Some((_, Some(setter))) => self.set_acknowledged(&mut world, setter, &f),
+                    Some((client, None)) => self.acknowledge(&mut world, client, &f.row, f.dropped),
+                    None => {}
                 }
             }
             Action::Lose { index } => {
@@ -1083,6 +1258,7 @@ impl Model for LockModel {
                     let f = &mut world.in_flight[index];
                     f.landed = false;
                     f.dropped = true;
+                    f.resent = true;
                 }
             }
             Action::Fail { index } => {
@@ -1106,33 +1282,10 @@ impl Model for LockModel {
                     return None;
                 }
             }
-            Action::Set => {
-                // One statement: the server puts the version above what it stores, and the
-                // row lands everywhere (the model's `set` runs with quorum).
-                world.sets -= 1;
-                let stored = world.converged_state().map_or(0, |s| s.version);
-                let version = world.now.max(stored + 1);
-                let row = Row::State {
-                    version,
-                    updates: SET_BIT,
-                    generation: 0,
-                    owner: "setter".into(),
-                    client: SETTER,
-                    after_set: false,
-                };
-                // It replaces what landed before it, and what was on its way: in either order
-                // the set may win (the two ran at once).
-                let in_flight = world.in_flight.iter().map(|f| &f.row);
-                for r in world.written.iter().chain(in_flight) {
-                    if let Row::State { updates, .. } = r {
-                        world.replaced |= updates & !SET_BIT;
-                    }
+            Action::SetStep { setter, replica } => {
+                if !self.set_step(&mut world, setter, replica) {
+                    return None;
                 }
-                world.written.push(row.clone());
-                world.rows.push(Landed {
-                    row,
-                    replicas: self.all_replicas(),
-                });
             }
             Action::Force => {
                 // The operator's row lands at once (its own insert races nothing here).
@@ -1159,7 +1312,7 @@ impl Model for LockModel {
     fn properties(&self) -> Vec<Property<Self>> {
         let mut properties = match self.protocol {
             Protocol::Fenced => vec![
-                Property::<Self>::always(ONE_HOLDER, |_, w| {
+                Property::<Self>::always(ONE_HOLDER, |m, w| {
                     let mut owners = BTreeSet::new();
                     for r in &w.written {
                         if let Row::State {
@@ -1168,7 +1321,7 @@ impl Model for LockModel {
                             client,
                             ..
                         } = r
-                            && *client != SETTER
+                            && !m.is_setter(*client)
                         {
                             owners.insert((*generation, owner.clone()));
                         }
@@ -1176,14 +1329,14 @@ impl Model for LockModel {
                     let generations: BTreeSet<u64> = owners.iter().map(|(g, _)| *g).collect();
                     generations.len() == owners.len()
                 }),
-                Property::<Self>::always(NOTHING_LOST, |_, w| {
+                Property::<Self>::always(NOTHING_LOST, |m, w| {
                     // except the updates of a grant an operator forced open
                     let mut spared = 0u8;
                     for r in &w.written {
                         if let Row::State {
                             generation, client, ..
                         } = *r
-                            && client != SETTER
+                            && !m.is_setter(client)
                             && w.forced & (1 << generation) != 0
                         {
                             spared |= client_bits(client);
@@ -1191,9 +1344,9 @@ impl Model for LockModel {
                     }
                     // ...and those a later `set` replaced.
                     let converged = w.converged_state().map_or(0, |s| s.updates);
-                    w.acknowledged & !converged & !spared & !w.replaced == 0
+                    w.acknowledged & !converged & !spared & !w.replaced & !SET_BITS == 0
                 }),
-                Property::<Self>::always(FENCED, |_, w| {
+                Property::<Self>::always(FENCED, |m, w| {
                     let states: Vec<(u64, u64)> = w
                         .written
                         .iter()
@@ -1203,7 +1356,7 @@ impl Model for LockModel {
                                 generation,
                                 client,
                                 ..
-                            } if client != SETTER => Some((generation, version)),
+                            } if !m.is_setter(client) => Some((generation, version)),
                             _ => None,
                         })
                         .collect();
@@ -1217,13 +1370,52 @@ impl Model for LockModel {
             })],
         };
         if self.sets > 0 {
+            properties.push(Property::<Self>::always(SET_ONCE, |m, w| {
+                (0..m.sets).all(|setter| {
+                    let client = m.clients + setter;
+                    // The versions of the rows written since the set's first landing that knew
+                    // of it: updates merged into it, and sets sent after it landed.
+                    let knew = |r: &Row| match *r {
+                        Row::State {
+                            updates,
+                            generation,
+                            client: c,
+                            ..
+                        } => {
+                            if m.is_setter(c) {
+                                generation & (1 << setter) != 0
+                            } else {
+                                updates & set_bit(setter) != 0
+                            }
+                        }
+                        _ => false,
+                    };
+                    let mut since: Option<Vec<u64>> = None;
+                    for r in &w.written {
+                        let Row::State {
+                            version, client: c, ..
+                        } = r
+                        else {
+                            continue;
+                        };
+                        match &mut since {
+                            Some(others) if *c != client && knew(r) => others.push(*version),
+                            Some(_) if *c != client => {}
+                            Some(others) if others.iter().any(|v| v <= version) => return false,
+                            None if *c == client => since = Some(vec![]),
+                            _ => {}
+                        }
+                    }
+                    true
+                })
+            }));
             properties.push(Property::<Self>::always(SET_KEPT, |_, w| {
                 w.written.iter().all(|r| match r {
                     Row::State {
                         after_set: true,
                         updates,
                         ..
-                    } => updates & SET_BIT != 0,
+                    } => updates & SET_BITS != 0,
                     _ => true,
                 })
             }));
@@ -1241,6 +1433,6 @@ impl Model for LockModel {
     }
 
     fn within_boundary(&self, world: &World) -> bool {
-        world.now <= self.horizon
+        world.now <= START + self.horizon
     }
 }

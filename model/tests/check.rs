@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clickhouse_state::deployment::Kind;
 use lock_model::{
-    COMPLETES, EXCLUSIVE, FENCED, LockModel, Mutant, NOTHING_LOST, ONE_HOLDER, SET_KEPT,
+    COMPLETES, EXCLUSIVE, FENCED, LockModel, Mutant, NOTHING_LOST, ONE_HOLDER, SET_KEPT, SET_ONCE,
     UNCONTENDED,
 };
 use stateright::{Checker, HasDiscoveries, Model};
@@ -112,7 +112,7 @@ fn skew() -> LockModel {
 fn force() -> LockModel {
     LockModel {
         forces: 1,
-        horizon: 5,
+        horizon: 4,
         timeout: 0,
         ..base()
     }
@@ -146,6 +146,7 @@ fn linger_with_a_set() -> LockModel {
         sets: 1,
         lost_responses: 1,
         merges: 1,
+        horizon: 4,
         ..linger()
     }
 }
@@ -191,12 +192,56 @@ fn fenced_with_an_insert_given_up_on_that_lands_later() {
     holds("failures", failures());
 }
 
+/// Kept grants under a lease of 10 ticks, whose margin is 1: the second update renews once
+/// past half the lease, and the first grant's lease end is within the horizon.
 #[test]
 fn fenced_with_kept_grants() {
-    holds("linger", linger());
+    holds(
+        "linger, lease 10",
+        LockModel {
+            lease: 10,
+            horizon: 9,
+            timeout: 0,
+            ..linger()
+        },
+    );
 }
 
-/// Wide: 5.7 M states, about 3 minutes on two cores (`just model-wide`).
+/// Clocks off by the margin, with renewals of kept grants and a lost response. Wide: 4.4 M
+/// states, about 2 minutes on two cores (`just model-wide`).
+#[test]
+#[ignore = "wide bounds: run by `just model-wide`"]
+fn fenced_with_skew_renewals_and_a_lost_response() {
+    holds(
+        "skew, linger, lost",
+        LockModel {
+            updates: 2,
+            lost_responses: 1,
+            horizon: 8,
+            ..skew()
+        },
+    );
+}
+
+/// Two processes `set` the state without the lock while a client updates it; a lost response
+/// (resent), the dedup window passing and a merge: a set lands at most once (`SET_ONCE`), and
+/// no update built on a set is buried by it landing again.
+#[test]
+fn fenced_with_two_unlocked_setters() {
+    let model = LockModel {
+        clients: 1,
+        sets: 2,
+        lost_responses: 1,
+        window_expiries: 1,
+        merges: 1,
+        horizon: 1,
+        ..base()
+    };
+    assert!(model.properties().iter().any(|p| p.name == SET_ONCE));
+    holds("two setters", model);
+}
+
+/// Wide (`just model-wide`): see docs/lock.md for its size.
 #[test]
 #[ignore = "wide bounds: run by `just model-wide`"]
 fn fenced_with_a_kept_grant_forced_open() {
@@ -204,6 +249,7 @@ fn fenced_with_a_kept_grant_forced_open() {
         "linger, force",
         LockModel {
             updates: 2,
+            horizon: 5,
             ..force()
         },
     );

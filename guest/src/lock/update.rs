@@ -957,6 +957,13 @@ mod tests {
     /// claiming forever (nothing in that cycle waits, so the lock's timeout never ends it).
     #[test]
     fn an_update_whose_every_claim_outlasts_its_lease_gives_up() {
+        // whether the grants are given back or their release fails
+        for releases_fail in [false, true] {
+            every_claim_outlasts_its_lease(releases_fail);
+        }
+    }
+
+    fn every_claim_outlasts_its_lease(releases_fail: bool) {
         let mut env = Clock { now: 0, tokens: 0 };
         let memory = Memory::default();
         let mut update = Update::new("s", "{\"a\":1}", "{}", LIMITS, memory, 0);
@@ -973,6 +980,9 @@ mod tests {
                     // the claim's answer comes back at the end of its lease
                     env.now = entry.until_ms;
                     Answer::Appended
+                }
+                Statement::Append(_) if releases_fail => {
+                    Answer::Failed(Error::Unreachable("reset".into()))
                 }
                 Statement::Append(_) => Answer::Appended,
                 Statement::ReadClaims { generation, .. } => {
@@ -991,7 +1001,34 @@ mod tests {
         }
         assert_eq!(claims, 3);
         // The last grant was given back: the next update claims without reading first.
-        assert!(update.memory().released.is_some());
+        assert_eq!(update.memory().released.is_some(), !releases_fail);
+    }
+
+    /// Without a linger the grant is released once the write is stored, its cap the version
+    /// written; the next update of this instance follows it without reading first.
+    #[test]
+    fn without_linger_the_grant_is_released_after_the_write() {
+        let mut env = Clock {
+            now: 100_000,
+            tokens: 0,
+        };
+        let limits = Limits {
+            linger_ms: 0,
+            ..LIMITS
+        };
+        let mut update = Update::new("s", "{}", "{}", limits, Memory::default(), env.now);
+        update.start(&mut env);
+        update.answer(Answer::Outlook(Outlook::default()), &mut env);
+        let (version, _) = write_of(&update.answer(Answer::Appended, &mut env));
+        let release = append_of(&update.answer(Answer::Written(Some(1)), &mut env));
+        assert_eq!((release.event, release.until_ms), (Event::Release, version));
+        assert_eq!(
+            update.answer(Answer::Appended, &mut env),
+            Step::Done(Ok(()))
+        );
+        let memory = update.into_memory();
+        assert!(memory.kept.is_none());
+        assert_eq!(memory.released.map(|n| n.release_cap_ms), Some(version));
     }
 
     fn grant(token: u64, lease_until_ms: u64) -> LockHandle {
