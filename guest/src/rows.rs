@@ -359,7 +359,7 @@ impl FromRow for Claim {
 }
 
 /// A live candidate, as `Statements::lock_candidates` reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Candidate {
     pub lock_id: String,
     pub locked_at_s: u64,

@@ -5,7 +5,8 @@
 //! answered here by a simulated ClickHouse. Reads of the lock log are folded by the guest's
 //! `fenced::fold` and `fenced::claims_on` (the Rust twins of its SQL), guarded writes are
 //! admitted by `fenced::admits`, and whether inserts reach every deciding read comes from the
-//! deployment's settings (`deployment::Consistency`). The model owns only the world:
+//! deployment's settings (`deployment::Consistency`). Unlocked `set`s are the guest's `set::Set`,
+//! and settle mode's tries its `lock::settle::Try`. The model owns only the world:
 //!
 //! - **Time.** One global time; each client reads it through its own clock, off by up to
 //!   `skew`. Time advances by a step of its own, between any two other steps, so any client can
@@ -39,9 +40,10 @@ use std::fmt;
 use clickhouse_state::deployment::{Consistency, Kind};
 use clickhouse_state::error::Error;
 use clickhouse_state::exec::Level;
+use clickhouse_state::lock::Attempt;
 use clickhouse_state::lock::Memory;
 use clickhouse_state::lock::fenced::{self, Event, LogEntry, Outlook};
-use clickhouse_state::lock::settle::{self, Candidate};
+use clickhouse_state::lock::settle::{self, Candidate, Try};
 use clickhouse_state::lock::update::{Answer, Env, Limits, Statement, Step, Update};
 use clickhouse_state::set::{self as overwrite, Set};
 use clickhouse_state::sql::{Guard, Role};
@@ -65,15 +67,6 @@ pub const SET_KEPT: &str = "an update never writes over a set it could see";
 pub const SET_ONCE: &str = "a set sent again never buries a write made after it landed";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
-
-/// A change to settle mode's protocol (which the model still runs from its own copy), to show
-/// that the model finds what it prevents. The fenced protocol has no mutants here: it is the
-/// guest's own code, which is what a mutation changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mutant {
-    /// Settle mode compares candidates with the time before the insert, as the original did.
-    SettleBeforeInsert,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Protocol {
@@ -119,7 +112,6 @@ pub struct LockModel {
     /// Processes that each make one unlocked `set` (the guest's `set::Set`), with the
     /// inserts' faults and a read of the state when it wrote nothing.
     pub sets: u8,
-    pub mutant: Option<Mutant>,
 }
 
 impl LockModel {
@@ -144,7 +136,6 @@ impl LockModel {
             merges: 0,
             updates: 1,
             sets: 0,
-            mutant: None,
         }
     }
 
@@ -159,15 +150,6 @@ impl LockModel {
             window_expiries: 0,
             ..LockModel::fenced()
         }
-    }
-
-    pub fn with(mut self, mutant: Mutant) -> Self {
-        self.mutant = Some(mutant);
-        self
-    }
-
-    fn has(&self, mutant: Mutant) -> bool {
-        self.mutant == Some(mutant)
     }
 
     /// Whether every landed insert is visible to every deciding read: the deployment's
@@ -292,11 +274,10 @@ pub enum Pc {
     Paused { update: Box<Update>, woken: bool },
     /// Fenced: giving back the kept grant at the end (the host's `close`).
     Closing,
-    /// Settle mode: the candidate is in flight; `before` is the time the insert began.
-    Inserting { before: u64 },
-    /// Settle mode: settling until `wake`, then deciding; `reference` is the time the winner
-    /// rule compares with.
-    Settling { wake: u64, reference: u64 },
+    /// Settle mode: the try's (the guest's `settle::Try`) candidate is in flight.
+    Inserting { attempt: Box<Try> },
+    /// Settle mode: settling until `wake`, then deciding.
+    Settling { attempt: Box<Try>, wake: u64 },
     /// Settle mode: holding the lock (in the critical section).
     InSection,
     /// The client is done: its last update acknowledged or failed.
@@ -743,7 +724,6 @@ impl LockModel {
     fn step(&self, world: &mut World, client: u8, replica: u8) -> bool {
         let now = self.clock(world, client);
         let pc = world.clients[client as usize].pc.clone();
-        let view: Vec<Row> = world.view(replica).cloned().collect();
         match (self.protocol, pc) {
             (Protocol::Fenced, Pc::Idle) => {
                 let c = &mut world.clients[client as usize];
@@ -785,51 +765,25 @@ impl LockModel {
                 self.drive(world, client, replica, update, step);
             }
             (Protocol::Settle, Pc::Idle) => {
-                if view.iter().any(|r| matches!(r, Row::Candidate { .. })) {
-                    world.clients[client as usize].saw_held = true;
-                    return false;
-                }
-                let c = &mut world.clients[client as usize];
-                if c.attempts == 0 {
+                if world.clients[client as usize].attempts == 0 {
                     world.clients[client as usize].pc = Pc::Done { ok: false };
                     return true;
                 }
-                c.attempts -= 1;
-                let row = Row::Candidate {
-                    client,
-                    locked_at: now,
-                };
-                let token = format!("candidate/{client}/{}", c.attempts);
-                self.send(world, Some(client), row, token, None, None);
-                world.clients[client as usize].pc = Pc::Inserting { before: now };
+                let (attempt, step) = Try::start(
+                    "s",
+                    format!("c{client}"),
+                    now * 1000,
+                    self.lease * 1000,
+                    self.settle * 1000,
+                );
+                return self.settle_drive(world, client, replica, Box::new(attempt), step, true);
             }
-            (Protocol::Settle, Pc::Settling { wake, reference }) => {
+            (Protocol::Settle, Pc::Settling { mut attempt, wake }) => {
                 if now < wake {
                     return false;
                 }
-                let mut all: Vec<Candidate> = view
-                    .iter()
-                    .filter_map(|r| match r {
-                        Row::Candidate { client, locked_at } => Some(Candidate {
-                            lock_id: format!("c{client}"),
-                            locked_at_s: *locked_at,
-                        }),
-                        _ => None,
-                    })
-                    .collect();
-                all.sort_by(|a, b| a.lock_id.cmp(&b.lock_id));
-                all.dedup();
-                let me = format!("c{client}");
-                let settle_ms = self.settle * 1000;
-                let mine = settle::winner(&all, &me, reference * 1000, settle_ms)
-                    .is_some_and(|w| w.lock_id == me);
-                if mine {
-                    world.clients[client as usize].pc = Pc::InSection;
-                } else {
-                    world.clients[client as usize].saw_held = true;
-                    Self::withdraw(world, client);
-                    world.clients[client as usize].pc = Pc::Idle;
-                }
+                let step = attempt.answer(settle::Answer::Resumed, now * 1000);
+                return self.settle_drive(world, client, replica, attempt, step, false);
             }
             (Protocol::Settle, Pc::InSection) => {
                 Self::withdraw(world, client);
@@ -839,6 +793,90 @@ impl LockModel {
             _ => return false,
         }
         true
+    }
+
+    /// Runs `client`'s settle-mode try from `step` (ticks are the guest's seconds): its reads
+    /// and deletes are answered at once from what `replica` has, up to the candidate's insert,
+    /// the settle pause or the end. A `fresh` try that finds the lock held at its first read is
+    /// no step: the client waits for time to pass or the holder to leave (false).
+    fn settle_drive(
+        &self,
+        world: &mut World,
+        client: u8,
+        replica: u8,
+        mut attempt: Box<Try>,
+        mut step: settle::Step,
+        fresh: bool,
+    ) -> bool {
+        let now = self.clock(world, client);
+        loop {
+            let answer = match step {
+                settle::Step::Done(Ok(Attempt::Granted(_))) => {
+                    world.clients[client as usize].pc = Pc::InSection;
+                    return true;
+                }
+                settle::Step::Done(Ok(Attempt::Held(_))) => {
+                    if fresh {
+                        return false;
+                    }
+                    let c = &mut world.clients[client as usize];
+                    c.saw_held = true;
+                    c.pc = Pc::Idle;
+                    return true;
+                }
+                settle::Step::Done(Err(_)) => {
+                    world.clients[client as usize].pc = Pc::Done { ok: false };
+                    return true;
+                }
+                settle::Step::Pause(ms) => {
+                    world.clients[client as usize].pc = Pc::Settling {
+                        attempt,
+                        wake: now + ms / 1000,
+                    };
+                    return true;
+                }
+                settle::Step::Send(settle::Statement::DeleteStale { cutoff_s }) => {
+                    world.rows.retain(|r| {
+                        !matches!(r.row, Row::Candidate { locked_at, .. } if locked_at < cutoff_s)
+                    });
+                    settle::Answer::Done
+                }
+                settle::Step::Send(settle::Statement::ReadCandidates { cutoff_s }) => {
+                    let mut all: Vec<Candidate> = world
+                        .view(replica)
+                        .filter_map(|r| match *r {
+                            Row::Candidate { client, locked_at } if locked_at >= cutoff_s => {
+                                Some(Candidate {
+                                    lock_id: format!("c{client}"),
+                                    locked_at_s: locked_at,
+                                })
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    all.sort_by(|a, b| a.lock_id.cmp(&b.lock_id));
+                    all.dedup();
+                    settle::Answer::Candidates(all)
+                }
+                settle::Step::Send(settle::Statement::Insert { now_ms, .. }) => {
+                    let c = &mut world.clients[client as usize];
+                    c.attempts -= 1;
+                    let token = format!("candidate/{client}/{}", c.attempts);
+                    let row = Row::Candidate {
+                        client,
+                        locked_at: now_ms / 1000,
+                    };
+                    self.send(world, Some(client), row, token, None, None);
+                    world.clients[client as usize].pc = Pc::Inserting { attempt };
+                    return true;
+                }
+                settle::Step::Send(settle::Statement::Delete { .. }) => {
+                    Self::withdraw(world, client);
+                    settle::Answer::Done
+                }
+            };
+            step = attempt.answer(answer, now * 1000);
+        }
     }
 
     /// Settle mode's delete of a client's candidates (synchronous, on every replica).
@@ -861,15 +899,9 @@ impl LockModel {
                 self.answer(world, client, update, answer);
             }
             Pc::Closing => world.clients[client as usize].pc = Pc::Done { ok: true },
-            Pc::Inserting { before } => {
-                world.clients[client as usize].pc = Pc::Settling {
-                    wake: now + self.settle,
-                    reference: if self.has(Mutant::SettleBeforeInsert) {
-                        before
-                    } else {
-                        now
-                    },
-                }
+            Pc::Inserting { mut attempt } => {
+                let step = attempt.answer(settle::Answer::Done, now * 1000);
+                self.settle_drive(world, client, 0, attempt, step, false);
             }
             _ => {}
         }

@@ -140,7 +140,8 @@ impl Locks {
 pub use crate::rows::StoredTuple as StoredRow;
 
 /// The outcome of one try.
-pub(crate) enum Attempt {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
     Granted(LockHandle),
     Held(LockInfo),
 }

@@ -79,44 +79,197 @@ pub fn winner<'a>(
     established(all, lock_id, inserted_ms, settle_ms).or_else(|| all.first())
 }
 
-pub(crate) fn attempt<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Attempt> {
-    let lease = exec.config.lock_lease_ms;
-    let now = exec.host.now_ms();
-    let cutoff = cutoff_s(now, lease);
-    exec.run(&exec.sql.lock_delete_stale(state_id, cutoff))?;
-    if let Some(holder) = candidates(exec, state_id, cutoff)?.into_iter().next() {
-        return Ok(Attempt::Held(holder.info(state_id, lease)));
-    }
-    let lock_id = exec.new_token();
-    insert(exec, state_id, &lock_id, now)?;
-    // Our candidate exists from some moment before this one on; it may have landed long after
-    // `now` (a stalled insert, a retry).
-    let inserted = exec.host.now_ms();
-    exec.host.sleep_ms(exec.config.lock_settle_ms);
-    let all = candidates(exec, state_id, cutoff)?;
-    match winner(&all, &lock_id, inserted, exec.config.lock_settle_ms) {
-        Some(w) if w.lock_id == lock_id => Ok(Attempt::Granted(LockHandle {
+/// A statement one try sends (the driver, [`attempt`], turns each into SQL).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Statement {
+    /// Remove the id's candidates older than `cutoff_s`.
+    DeleteStale { cutoff_s: u64 },
+    /// The id's candidates from `cutoff_s` on, by id.
+    ReadCandidates { cutoff_s: u64 },
+    /// This try's candidate, stamped `now_ms` (seconds in the table).
+    Insert { lock_id: String, now_ms: u64 },
+    /// Withdraw this try's candidate.
+    Delete { lock_id: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Done,
+    Candidates(Vec<Candidate>),
+    /// The settle pause is over.
+    Resumed,
+    Failed(Error),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Send(Statement),
+    /// Settle this many milliseconds, then answer [`Answer::Resumed`].
+    Pause(u64),
+    Done(Result<Attempt>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Phase {
+    DeletingStale,
+    Reading,
+    Inserting,
+    Settling,
+    Deciding,
+    Withdrawing,
+    Done,
+}
+
+/// One try of settle mode's lock, as a sans-IO machine: what to send, when to settle, and what
+/// the try came to. The model (`model/`) drives this very type.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Try {
+    state_id: String,
+    lock_id: String,
+    lease_ms: u64,
+    settle_ms: u64,
+    started_ms: u64,
+    /// When the candidate's insert was acknowledged: a candidate established a settle window
+    /// before it wins (see [`winner`]).
+    inserted_ms: u64,
+    /// The candidate that won, when it was not this one.
+    holder: Option<Candidate>,
+    phase: Phase,
+}
+
+impl Try {
+    pub fn start(
+        state_id: &str,
+        lock_id: String,
+        now_ms: u64,
+        lease_ms: u64,
+        settle_ms: u64,
+    ) -> (Try, Step) {
+        let attempt = Try {
             state_id: state_id.to_string(),
-            owner: lock_id,
+            lock_id,
+            lease_ms,
+            settle_ms,
+            started_ms: now_ms,
+            inserted_ms: 0,
+            holder: None,
+            phase: Phase::DeletingStale,
+        };
+        let cutoff_s = attempt.cutoff_s();
+        (attempt, Step::Send(Statement::DeleteStale { cutoff_s }))
+    }
+
+    fn cutoff_s(&self) -> u64 {
+        cutoff_s(self.started_ms, self.lease_ms)
+    }
+
+    pub fn answer(&mut self, answer: Answer, now_ms: u64) -> Step {
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        let read = Statement::ReadCandidates {
+            cutoff_s: self.cutoff_s(),
+        };
+        let next = match (phase, answer) {
+            (_, Answer::Failed(e)) => return Step::Done(Err(e)),
+            (Phase::DeletingStale, Answer::Done) => (Phase::Reading, Step::Send(read)),
+            (Phase::Reading, Answer::Candidates(all)) => match all.into_iter().next() {
+                Some(holder) => {
+                    let info = holder.info(&self.state_id, self.lease_ms);
+                    return Step::Done(Ok(Attempt::Held(info)));
+                }
+                None => {
+                    let insert = Statement::Insert {
+                        lock_id: self.lock_id.clone(),
+                        now_ms: self.started_ms,
+                    };
+                    (Phase::Inserting, Step::Send(insert))
+                }
+            },
+            (Phase::Inserting, Answer::Done) => {
+                self.inserted_ms = now_ms;
+                (Phase::Settling, Step::Pause(self.settle_ms))
+            }
+            (Phase::Settling, Answer::Resumed) => (Phase::Deciding, Step::Send(read)),
+            (Phase::Deciding, Answer::Candidates(all)) => {
+                match winner(&all, &self.lock_id, self.inserted_ms, self.settle_ms) {
+                    Some(w) if w.lock_id == self.lock_id => {
+                        return Step::Done(Ok(Attempt::Granted(self.granted())));
+                    }
+                    other => {
+                        self.holder = other.cloned();
+                        let delete = Statement::Delete {
+                            lock_id: self.lock_id.clone(),
+                        };
+                        (Phase::Withdrawing, Step::Send(delete))
+                    }
+                }
+            }
+            (Phase::Withdrawing, Answer::Done) => {
+                let info = match &self.holder {
+                    Some(w) => w.info(&self.state_id, self.lease_ms),
+                    None => LockInfo {
+                        state_id: self.state_id.clone(),
+                        owner: "unknown".into(),
+                        token: 0,
+                        acquired_at_ms: self.started_ms,
+                        expires_at_ms: self.started_ms + self.lease_ms,
+                    },
+                };
+                return Step::Done(Ok(Attempt::Held(info)));
+            }
+            (_, other) => {
+                return Step::Done(Err(Error::InvalidInput(format!(
+                    "settle mode's lock got an answer it did not ask for: {other:?}"
+                ))));
+            }
+        };
+        self.phase = next.0;
+        next.1
+    }
+
+    fn granted(&self) -> LockHandle {
+        LockHandle {
+            state_id: self.state_id.clone(),
+            owner: self.lock_id.clone(),
             token: 0,
-            acquired_at_ms: now,
-            lease_until_ms: now + lease,
+            acquired_at_ms: self.started_ms,
+            lease_until_ms: self.started_ms + self.lease_ms,
             floor_ms: 0,
             last_written_ms: 0,
             mode: LockMode::Settle,
-        })),
-        other => {
-            // Lost the draw: withdraw and let the winner go first.
-            exec.run(&exec.sql.lock_delete(state_id, &lock_id))?;
-            let info = other.map(|w| w.info(state_id, lease)).unwrap_or(LockInfo {
-                state_id: state_id.to_string(),
-                owner: "unknown".into(),
-                token: 0,
-                acquired_at_ms: now,
-                expires_at_ms: now + lease,
-            });
-            Ok(Attempt::Held(info))
         }
+    }
+}
+
+/// One try, driven over the executor; the settle pause is the host's sleep.
+pub(crate) fn attempt<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Attempt> {
+    let (mut attempt, mut step) = Try::start(
+        state_id,
+        exec.new_token(),
+        exec.host.now_ms(),
+        exec.config.lock_lease_ms,
+        exec.config.lock_settle_ms,
+    );
+    loop {
+        let answer = match step {
+            Step::Done(result) => return result,
+            Step::Pause(ms) => {
+                exec.host.sleep_ms(ms);
+                Ok(Answer::Resumed)
+            }
+            Step::Send(Statement::DeleteStale { cutoff_s }) => exec
+                .run(&exec.sql.lock_delete_stale(state_id, cutoff_s))
+                .map(|_| Answer::Done),
+            Step::Send(Statement::ReadCandidates { cutoff_s }) => {
+                candidates(exec, state_id, cutoff_s).map(Answer::Candidates)
+            }
+            Step::Send(Statement::Insert { lock_id, now_ms }) => {
+                insert(exec, state_id, &lock_id, now_ms).map(|()| Answer::Done)
+            }
+            Step::Send(Statement::Delete { lock_id }) => exec
+                .run(&exec.sql.lock_delete(state_id, &lock_id))
+                .map(|_| Answer::Done),
+        };
+        step = attempt.answer(answer.unwrap_or_else(Answer::Failed), exec.host.now_ms());
     }
 }
 
