@@ -342,3 +342,140 @@ fn candidates<T: Transport, H: Host>(
 ) -> Result<Vec<Candidate>> {
     exec.fetch(&exec.sql.lock_candidates(state_id, cutoff_s))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: u64 = 300_000;
+    const SETTLE: u64 = 1_000;
+
+    fn candidate(lock_id: &str, locked_at_s: u64) -> Candidate {
+        Candidate {
+            lock_id: lock_id.into(),
+            locked_at_s,
+        }
+    }
+
+    /// A try by `me` at 400 s that inserts (acknowledged at `inserted_ms`), settles, and then
+    /// reads `all`: what it comes to.
+    fn decide(me: &str, inserted_ms: u64, all: Vec<Candidate>) -> (Step, Try) {
+        let (mut t, step) = Try::start("s", me.into(), 400_000, LEASE, SETTLE);
+        assert_eq!(step, Step::Send(Statement::DeleteStale { cutoff_s: 100 }));
+        let step = t.answer(Answer::Done, 400_010);
+        assert_eq!(
+            step,
+            Step::Send(Statement::ReadCandidates { cutoff_s: 100 })
+        );
+        let step = t.answer(Answer::Candidates(vec![]), 400_020);
+        let insert = Statement::Insert {
+            lock_id: me.into(),
+            now_ms: 400_000,
+        };
+        assert_eq!(step, Step::Send(insert));
+        assert_eq!(t.answer(Answer::Done, inserted_ms), Step::Pause(SETTLE));
+        let step = t.answer(Answer::Resumed, inserted_ms + SETTLE);
+        assert_eq!(
+            step,
+            Step::Send(Statement::ReadCandidates { cutoff_s: 100 })
+        );
+        (t.answer(Answer::Candidates(all), inserted_ms + SETTLE), t)
+    }
+
+    fn held_by(step: Step) -> LockInfo {
+        match step {
+            Step::Done(Ok(Attempt::Held(info))) => info,
+            other => panic!("expected the lock held, got {other:?}"),
+        }
+    }
+
+    /// A loser withdraws its candidate, then names the winner.
+    fn withdrawn(step: Step, mut t: Try, me: &str) -> LockInfo {
+        let delete = Statement::Delete { lock_id: me.into() };
+        assert_eq!(step, Step::Send(delete));
+        held_by(t.answer(Answer::Done, 402_000))
+    }
+
+    #[test]
+    fn a_live_candidate_holds_the_lock_and_nothing_is_inserted() {
+        let (mut t, _) = Try::start("s", "me".into(), 400_000, LEASE, SETTLE);
+        t.answer(Answer::Done, 400_000);
+        let info = held_by(t.answer(Answer::Candidates(vec![candidate("b", 350)]), 400_000));
+        assert_eq!(info.owner, "b");
+        assert_eq!(
+            (info.acquired_at_ms, info.expires_at_ms),
+            (350_000, 350_000 + LEASE)
+        );
+    }
+
+    #[test]
+    fn alone_after_the_settle_the_try_is_granted_for_a_lease() {
+        let (step, _) = decide("me", 400_050, vec![candidate("me", 400)]);
+        match step {
+            Step::Done(Ok(Attempt::Granted(handle))) => {
+                assert_eq!(handle.owner, "me");
+                assert_eq!(
+                    (handle.acquired_at_ms, handle.lease_until_ms, handle.token),
+                    (400_000, 400_000 + LEASE, 0)
+                );
+                assert_eq!(handle.mode, LockMode::Settle);
+            }
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn of_fresh_candidates_the_lowest_id_wins() {
+        let both = || vec![candidate("a", 400), candidate("m", 400)];
+        let (step, t) = decide("m", 400_050, both());
+        assert_eq!(withdrawn(step, t, "m").owner, "a");
+        let (step, _) = decide("a", 400_050, both());
+        assert!(
+            matches!(step, Step::Done(Ok(Attempt::Granted(_)))),
+            "{step:?}"
+        );
+    }
+
+    /// A candidate stamped a settle window (or more) before this try's insert was acknowledged
+    /// wins over a lower id: this insert landed late, and the other may already hold the lock.
+    /// One stamped within the window does not.
+    #[test]
+    fn a_candidate_established_before_the_insert_wins_over_a_lower_id() {
+        let established = || vec![candidate("a", 400), candidate("z", 399)];
+        let (step, t) = decide("a", 400_050, established());
+        assert_eq!(withdrawn(step, t, "a").owner, "z");
+        // The window is at least a second, whatever the settle time.
+        let (mut t, _) = Try::start("s", "a".into(), 400_000, LEASE, 0);
+        t.answer(Answer::Done, 400_000);
+        t.answer(Answer::Candidates(vec![]), 400_000);
+        t.answer(Answer::Done, 400_050);
+        t.answer(Answer::Resumed, 400_050);
+        let step = t.answer(Answer::Candidates(established()), 400_050);
+        assert_eq!(withdrawn(step, t, "a").owner, "z");
+        let (step, _) = decide("a", 399_999, established());
+        assert!(
+            matches!(step, Step::Done(Ok(Attempt::Granted(_)))),
+            "{step:?}"
+        );
+    }
+
+    /// Its own candidate gone after the settle (merged away, or deleted as stale): the try
+    /// withdraws and reports the lock held by someone unknown until a lease from its start.
+    #[test]
+    fn a_try_whose_candidate_vanished_withdraws() {
+        let (step, t) = decide("me", 400_050, vec![]);
+        let info = withdrawn(step, t, "me");
+        assert_eq!(info.owner, "unknown");
+        assert_eq!(info.expires_at_ms, 400_000 + LEASE);
+    }
+
+    #[test]
+    fn a_failed_statement_ends_the_try_with_its_error() {
+        let (mut t, _) = Try::start("s", "me".into(), 400_000, LEASE, SETTLE);
+        let step = t.answer(Answer::Failed(Error::Unreachable("reset".into())), 400_000);
+        assert!(
+            matches!(step, Step::Done(Err(Error::Unreachable(_)))),
+            "{step:?}"
+        );
+    }
+}
