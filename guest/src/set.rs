@@ -17,6 +17,10 @@
 //! - something else after a resend, or an unsaid answer: the first landing may have happened and
 //!   been overwritten since. Writing again could bury that newer write, so the set fails and
 //!   says so.
+//!
+//! Not covered: a `delete` of the id between the first landing and a resend removes the version
+//! the condition relies on, so the resend lands again (a deleted state comes back). Deletes are
+//! rows removed, not versions kept; a tombstone would close it.
 
 use crate::error::{Error, Result};
 use crate::rows::StoredTuple;
@@ -91,10 +95,6 @@ impl Set {
         };
         let step = Step::Send(Statement::WriteUnlessNewer { version_ms: now_ms });
         (set, step)
-    }
-
-    pub fn version_ms(&self) -> u64 {
-        self.version_ms
     }
 
     pub fn answer(&mut self, answer: Answer) -> Step {

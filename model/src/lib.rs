@@ -65,6 +65,8 @@ pub const SET_KEPT: &str = "an update never writes over a set it could see";
 /// A `set` lands at most once: a row of it landing again never shadows a write that knew of
 /// its first landing (an update merged into it, a set sent after it).
 pub const SET_ONCE: &str = "a set sent again never buries a write made after it landed";
+/// A `set` that reported success has landed.
+pub const SET_LANDED: &str = "a set reported done has landed";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
 
@@ -1242,17 +1244,25 @@ impl Model for LockModel {
                 if refused || !world.dedup.insert(token) {
                     world.in_flight[index].dropped = true;
                 } else {
-                    if let Row::State { client, .. } = row
+                    if let Row::State {
+                        client,
+                        version: set_version,
+                        ..
+                    } = row
                         && let Some(setter) = self.setter_of(client)
                         && world.set_landed & (1 << setter) == 0
                     {
                         // The set takes effect: it replaces what landed before it and what was
-                        // on its way (in either order the set may win: the two ran at once).
-                        // Landing again later is not another set.
+                        // on its way (in either order the set may win: the two ran at once), at
+                        // or below its version. Landing again later is not another set.
                         world.set_landed |= 1 << setter;
                         let in_flight = world.in_flight.iter().map(|f| &f.row);
                         for r in world.written.iter().chain(in_flight) {
-                            if let Row::State { updates, .. } = r {
+                            if let Row::State {
+                                updates, version, ..
+                            } = *r
+                                && version <= set_version
+                            {
                                 world.replaced |= updates & !SET_BITS;
                             }
                         }
@@ -1402,6 +1412,11 @@ impl Model for LockModel {
             })],
         };
         if self.sets > 0 {
+            properties.push(Property::<Self>::always(SET_LANDED, |_, w| {
+                w.setters.iter().enumerate().all(|(s, setter)| {
+                    *setter != Setter::Done { ok: true } || w.set_landed & (1 << s) != 0
+                })
+            }));
             properties.push(Property::<Self>::always(SET_ONCE, |m, w| {
                 (0..m.sets).all(|setter| {
                     let client = m.clients + setter;

@@ -8,6 +8,7 @@
 use clickhouse_state::error::Result;
 use clickhouse_state::exec::{Exec, Host, Level};
 use clickhouse_state::lock::fenced::{self, Claim, Event, LogEntry, Newest};
+use clickhouse_state::set;
 use clickhouse_state::sql::StateRow;
 use integration_tests::{TestTable, splitmix64};
 
@@ -140,5 +141,42 @@ fn a_set_sent_again_does_not_land_over_a_write_made_in_between() -> Result<()> {
     exec.run(&exec.sql.set_unless_newer(row(r#"{"a":1}"#, 3_000), "third"))?;
     let stored = exec.fetch_first(&exec.sql.get("id"))?.expect("a state");
     assert_eq!(stored.completed_state.as_deref(), Some(r#"{"a":1}"#));
+    Ok(())
+}
+
+/// `set_unless_newer` writes exactly when `set::lands` says it does, equal versions included:
+/// the model decides a `set`'s landings by the Rust rule.
+#[test]
+fn the_set_condition_in_sql_decides_as_the_rule_in_rust() -> Result<()> {
+    let table = TestTable::new("set_rule");
+    let exec = Exec::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
+    exec.migrate()?;
+    for (n, stored) in [None, Some(4_999), Some(5_000), Some(5_001)]
+        .into_iter()
+        .enumerate()
+    {
+        let id = format!("id{n}");
+        let row = |completed: &'static str, version_ms: u64| StateRow {
+            state_id: &id,
+            partial: "{}",
+            completed,
+            version_ms,
+        };
+        if let Some(version) = stored {
+            let first = exec
+                .sql
+                .set_unless_newer(row("{}", version), &format!("{id}/a"));
+            assert_eq!(exec.run_written(&first)?, Some(1), "{stored:?}");
+        }
+        let set = exec
+            .sql
+            .set_unless_newer(row(r#"{"s":1}"#, 5_000), &format!("{id}/b"));
+        let written = exec.run_written(&set)?;
+        assert_eq!(
+            written,
+            Some(u64::from(set::lands(stored, 5_000))),
+            "stored at {stored:?}"
+        );
+    }
     Ok(())
 }

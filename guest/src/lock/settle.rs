@@ -457,6 +457,15 @@ mod tests {
             matches!(step, Step::Done(Ok(Attempt::Granted(_)))),
             "{step:?}"
         );
+        // Established counts from when the insert was acknowledged, not from when the try
+        // began (the original's rule, which let two holders in).
+        let (mut t, _) = Try::start("s", "a".into(), 399_900, LEASE, SETTLE);
+        t.answer(Answer::Done, 399_900);
+        t.answer(Answer::Candidates(vec![]), 399_900);
+        t.answer(Answer::Done, 400_050);
+        t.answer(Answer::Resumed, 401_050);
+        let step = t.answer(Answer::Candidates(established()), 401_050);
+        assert_eq!(withdrawn(step, t, "a").owner, "z");
     }
 
     /// Its own candidate gone after the settle (merged away, or deleted as stale): the try
