@@ -65,6 +65,8 @@ pub const SET_KEPT: &str = "an update never writes over a set it could see";
 /// A `set` lands at most once: a row of it landing again never shadows a write that knew of
 /// its first landing (an update merged into it, a set sent after it).
 pub const SET_ONCE: &str = "a set sent again never buries a write made after it landed";
+/// Some `set` reports success (the set checks are not vacuous).
+pub const SET_DONE: &str = "a set is reported done";
 /// A `set` that reported success has landed.
 pub const SET_LANDED: &str = "a set reported done has landed";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
@@ -1416,6 +1418,9 @@ impl Model for LockModel {
                 w.setters.iter().enumerate().all(|(s, setter)| {
                     *setter != Setter::Done { ok: true } || w.set_landed & (1 << s) != 0
                 })
+            }));
+            properties.push(Property::<Self>::sometimes(SET_DONE, |_, w| {
+                w.setters.contains(&Setter::Done { ok: true })
             }));
             properties.push(Property::<Self>::always(SET_ONCE, |m, w| {
                 (0..m.sets).all(|setter| {
