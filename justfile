@@ -123,20 +123,25 @@ model-wide:
     cargo test -p lock-model --test check -- --nocapture --test-threads=1 --ignored
 
 # Mutation testing of the lock protocol (cargo-mutants, about 40 minutes): every mutant of the
-# fenced update machine, settle mode's, the set's, the deployment's settings and the guard's SQL, against the
-# guest's unit tests and the model's main checks. Report in .local/mutants/mutants.out (docs/lock.md
-# quotes it); `just mutants --iterate` tests only what was not caught before
+# fenced update machine, the set's, the deployment's settings and the guard's SQL against the
+# guest's unit tests and the model's main checks; then settle mode's machine against its own
+# checks. Reports in .local/mutants*/mutants.out (docs/lock.md quotes them); `just mutants
+# --iterate` tests only what was not caught before
 mutants *ARGS:
     cargo mutants {{ARGS}} -p clickhouse-state-guest \
-        --file guest/src/lock/update.rs --file guest/src/lock/settle.rs --file guest/src/set.rs \
-        --file guest/src/deployment.rs --file guest/src/sql.rs \
-        --re 'update\.rs|settle\.rs.*(Try::|winner|established|cutoff_s)|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
+        --file guest/src/lock/update.rs --file guest/src/set.rs --file guest/src/deployment.rs \
+        --file guest/src/sql.rs \
+        --re 'update\.rs|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
         --test-package clickhouse-state-guest --test-package lock-model \
         --baseline skip --timeout 300 -o .local/mutants \
         -- --lib --test check -- --test-threads=1 \
         :: fenced_with_two_clients fenced_with_an_insert_given_up fenced_with_kept_grants \
-        fenced_on_a_replicated_cluster without_quorum fenced_with_two_unlocked_setters \
-        settle_mode
+        fenced_on_a_replicated_cluster without_quorum fenced_with_two_unlocked_setters
+    cargo mutants {{ARGS}} -p clickhouse-state-guest --file guest/src/lock/settle.rs \
+        --re 'settle\.rs.*(Try::|winner|established|cutoff_s)' \
+        --test-package clickhouse-state-guest --test-package lock-model \
+        --baseline skip --timeout 300 -o .local/mutants-settle \
+        -- --lib --test check -- --test-threads=1 :: settle_mode
     @git rev-parse HEAD
 
 # Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`), with
