@@ -79,7 +79,7 @@ pub fn winner<'a>(
     established(all, lock_id, inserted_ms, settle_ms).or_else(|| all.first())
 }
 
-/// A statement one try sends (the driver, [`attempt`], turns each into SQL).
+/// A statement one try sends (the driver, `attempt`, turns each into SQL).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Statement {
     /// Remove the id's candidates older than `cutoff_s`.
