@@ -78,18 +78,21 @@ impl<T: Transport, H: Host> Exec<T, H> {
     /// As [`Exec::run_written`], and whether the statement was sent more than once (after a
     /// failure whose outcome was unknown: an earlier send may have landed).
     pub fn run_written_resent(&self, query: &Query) -> Result<(Option<u64>, bool)> {
-        if !self.checked.get() {
-            self.check_deployment()?;
-        }
-        self.run_counted(query)
+        self.run_answer_counted(query)
             .map(|(answer, failures)| (answer.written_rows, failures > 0))
     }
 
     fn run_answer(&self, query: &Query) -> Result<Answer> {
+        self.run_answer_counted(query).map(|(answer, _)| answer)
+    }
+
+    /// The answer after the deployment check (once per instance), and how many sends before
+    /// it failed transiently.
+    fn run_answer_counted(&self, query: &Query) -> Result<(Answer, u32)> {
         if !self.checked.get() {
             self.check_deployment()?;
         }
-        self.run_checked(query)
+        self.run_counted(query)
     }
 
     /// Runs a read and decodes every row of its answer.

@@ -292,13 +292,55 @@ async fn a_failed_release_leaves_a_lock_that_expires_with_its_lease() {
     );
 }
 
-/// Runs the first DELETE and loses its answer, then holds its retry back a while: long enough
-/// for another client to write in between.
-#[derive(Default)]
-struct LoseFirstDeleteAnswer {
-    deletes_sent: std::sync::atomic::AtomicUsize,
-    deletes_faulted: std::sync::atomic::AtomicUsize,
-    retry_held: std::sync::atomic::AtomicBool,
+/// Runs the first request that `matches` and loses its answer, then holds its resend back for
+/// `hold` (and says so): long enough for another client to write in between.
+struct LoseFirstAnswer {
+    matches: fn(&http::Uri) -> bool,
+    hold: Duration,
+    sent: std::sync::atomic::AtomicUsize,
+    faulted: std::sync::atomic::AtomicUsize,
+    resend_held: std::sync::atomic::AtomicBool,
+}
+
+impl LoseFirstAnswer {
+    fn of(matches: fn(&http::Uri) -> bool, hold: Duration) -> Arc<Self> {
+        Arc::new(LoseFirstAnswer {
+            matches,
+            hold,
+            sent: Default::default(),
+            faulted: Default::default(),
+            resend_held: Default::default(),
+        })
+    }
+
+    /// Waits until the resend is being held.
+    async fn resend_held(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !self.resend_held.load(Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the request was never sent again"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Interceptor for LoseFirstAnswer {
+    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
+        if !(self.matches)(uri) || self.sent.fetch_add(1, Ordering::SeqCst) != 1 {
+            return None;
+        }
+        self.resend_held.store(true, Ordering::SeqCst);
+        Some(self.hold)
+    }
+}
+
+impl FaultPlan for LoseFirstAnswer {
+    fn fault(&self, _method: &http::Method, uri: &http::Uri) -> Option<Fault> {
+        ((self.matches)(uri) && self.faulted.fetch_add(1, Ordering::SeqCst) == 0)
+            .then_some(Fault::ResetBeforeResponse)
+    }
 }
 
 /// Deletes (and only they) wait for their mutation to finish on every replica.
@@ -306,21 +348,9 @@ fn is_delete(uri: &http::Uri) -> bool {
     uri.query().unwrap_or("").contains("mutations_sync=2")
 }
 
-impl Interceptor for LoseFirstDeleteAnswer {
-    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
-        if !is_delete(uri) || self.deletes_sent.fetch_add(1, Ordering::SeqCst) != 1 {
-            return None;
-        }
-        self.retry_held.store(true, Ordering::SeqCst);
-        Some(Duration::from_millis(1500))
-    }
-}
-
-impl FaultPlan for LoseFirstDeleteAnswer {
-    fn fault(&self, _method: &http::Method, uri: &http::Uri) -> Option<Fault> {
-        (is_delete(uri) && self.deletes_faulted.fetch_add(1, Ordering::SeqCst) == 0)
-            .then_some(Fault::ResetBeforeResponse)
-    }
+/// A state write carries the state as a query parameter; the setter's other requests are reads.
+fn is_state_write(uri: &http::Uri) -> bool {
+    uri.query().unwrap_or("").contains("param_completed=")
 }
 
 #[tokio::test]
@@ -331,7 +361,7 @@ async fn a_delete_retried_after_its_answer_was_lost_spares_a_newer_state() {
         .set(&State::completed("s", r#"{"v":"old"}"#))
         .await
         .unwrap();
-    let lose = Arc::new(LoseFirstDeleteAnswer::default());
+    let lose = LoseFirstAnswer::of(is_delete, Duration::from_millis(1500));
     let interceptor: Arc<dyn Interceptor> = lose.clone();
     let mut deleter = runtime()
         .open_with(
@@ -347,14 +377,7 @@ async fn a_delete_retried_after_its_answer_was_lost_spares_a_newer_state() {
         .unwrap();
     let deleting = tokio::spawn(async move { deleter.delete("s").await });
     // The delete ran and its answer was lost; its retry waits. Another client writes now.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !lose.retry_held.load(Ordering::SeqCst) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the delete was never retried"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    lose.resend_held().await;
     writer
         .set(&State::completed("s", r#"{"v":"new"}"#))
         .await
@@ -371,36 +394,6 @@ async fn a_delete_retried_after_its_answer_was_lost_spares_a_newer_state() {
     assert_eq!(json(&state.completed)["v"], "new");
 }
 
-/// Runs the first `set` and loses its answer, then holds its resend back a while (and says so).
-#[derive(Default)]
-struct LoseFirstSetAnswer {
-    sets_sent: std::sync::atomic::AtomicUsize,
-    sets_faulted: std::sync::atomic::AtomicUsize,
-    resend_held: std::sync::atomic::AtomicBool,
-}
-
-/// A state write carries the state as a query parameter; the setter's other requests are reads.
-fn is_state_write(uri: &http::Uri) -> bool {
-    uri.query().unwrap_or("").contains("param_completed=")
-}
-
-impl Interceptor for LoseFirstSetAnswer {
-    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
-        if !is_state_write(uri) || self.sets_sent.fetch_add(1, Ordering::SeqCst) != 1 {
-            return None;
-        }
-        self.resend_held.store(true, Ordering::SeqCst);
-        Some(Duration::from_secs(5))
-    }
-}
-
-impl FaultPlan for LoseFirstSetAnswer {
-    fn fault(&self, _method: &http::Method, uri: &http::Uri) -> Option<Fault> {
-        (is_state_write(uri) && self.sets_faulted.fetch_add(1, Ordering::SeqCst) == 0)
-            .then_some(Fault::ResetBeforeResponse)
-    }
-}
-
 /// A `set` lands and its answer is lost; an update merges into it and is acknowledged; a merge
 /// leaves only the update's row; then the set is sent again. The resend must not land above
 /// the update (it would bury an acknowledged update that was built on the set itself): it
@@ -413,7 +406,7 @@ async fn a_set_resent_after_a_merge_does_not_bury_the_update_built_on_it() {
         .set(&State::completed("s", r#"{"v":"old"}"#))
         .await
         .unwrap();
-    let lose = Arc::new(LoseFirstSetAnswer::default());
+    let lose = LoseFirstAnswer::of(is_state_write, Duration::from_secs(5));
     let interceptor: Arc<dyn Interceptor> = lose.clone();
     let mut setter = runtime()
         .open_with(
@@ -429,14 +422,7 @@ async fn a_set_resent_after_a_merge_does_not_bury_the_update_built_on_it() {
         .unwrap();
     let setting =
         tokio::spawn(async move { setter.set(&State::completed("s", r#"{"v":"set"}"#)).await });
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !lose.resend_held.load(Ordering::SeqCst) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the set was never sent again"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    lose.resend_held().await;
     // The set landed: the update merges into it.
     writer
         .update(&State::partial("s", r#"{"u":1}"#))

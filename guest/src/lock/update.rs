@@ -1008,10 +1008,7 @@ mod tests {
     /// written; the next update of this instance follows it without reading first.
     #[test]
     fn without_linger_the_grant_is_released_after_the_write() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
+        let mut env = clock();
         let limits = Limits {
             linger_ms: 0,
             ..LIMITS
@@ -1103,6 +1100,28 @@ mod tests {
         }
     }
 
+    /// A clock at 100 s.
+    fn clock() -> Clock {
+        Clock {
+            now: 100_000,
+            tokens: 0,
+        }
+    }
+
+    /// A kept grant (generation 5, 8 s of lease left, state at 90 s) whose write was refused:
+    /// the update, reading back what decides it, and the version it tried.
+    fn refused_kept_write(env: &mut Clock) -> (Update, LockHandle, u64) {
+        let handle = grant(5, env.now + 8_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), env);
+        let (attempted, _) = write_of(&update.start(env));
+        let step = update.answer(Answer::Written(Some(0)), env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+        (update, handle, attempted)
+    }
+
     fn update_with(memory: Memory, env: &Clock) -> Update {
         Update::new("s", "{\"a\":1}", "{}", LIMITS, memory, env.now)
     }
@@ -1112,10 +1131,7 @@ mod tests {
     /// half or more left it is written under at once.
     #[test]
     fn a_kept_grant_past_half_its_lease_is_renewed_before_the_write() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
+        let mut env = clock();
         let handle = grant(5, env.now + 4_000);
         let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
         let step = update.start(&mut env);
@@ -1187,10 +1203,7 @@ mod tests {
     /// A kept grant that turns out lost when renewed: the update takes the lock anew.
     #[test]
     fn a_kept_grant_found_lost_is_taken_anew() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
+        let mut env = clock();
         let handle = grant(5, env.now + 4_000);
         let mut update = update_with(kept(handle, None), &env);
         update.start(&mut env);
@@ -1207,10 +1220,7 @@ mod tests {
     /// after it was read).
     #[test]
     fn a_first_write_is_guarded_by_what_it_merged_into() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
+        let mut env = clock();
         let mut update = update_with(Memory::default(), &env);
         let step = update.start(&mut env);
         assert!(
@@ -1257,10 +1267,7 @@ mod tests {
     /// grant and writes under it without claiming again, or, its lease over, claims anew.
     #[test]
     fn a_claim_in_doubt_that_is_the_newest_grant_is_written_under() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
+        let mut env = clock();
         let mut update = update_with(Memory::default(), &env);
         update.start(&mut env);
         let step = update.answer(Answer::Outlook(Outlook::default()), &mut env);
@@ -1306,18 +1313,8 @@ mod tests {
     /// grant still ours with newer state means merging into that and writing again.
     #[test]
     fn a_refused_write_is_read_back_before_anything_else() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
-        let handle = grant(5, env.now + 8_000);
-        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
-        update.start(&mut env);
-        let step = update.answer(Answer::Written(Some(0)), &mut env);
-        assert!(
-            matches!(sent(&step), Statement::ReadOutlook { .. }),
-            "{step:?}"
-        );
+        let mut env = clock();
+        let (mut update, _, _) = refused_kept_write(&mut env);
         let later = Outlook {
             newest: rival(6, env.now + 9_000),
             stored: Some(row(99_000)),
@@ -1325,9 +1322,7 @@ mod tests {
         let step = update.answer(Answer::Outlook(later), &mut env);
         assert!(matches!(step, Step::Pause(_)), "{step:?}");
 
-        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
-        update.start(&mut env);
-        update.answer(Answer::Written(Some(0)), &mut env);
+        let (mut update, handle, _) = refused_kept_write(&mut env);
         let changed = Outlook {
             newest: held(&handle),
             stored: Some(row(99_000)),
@@ -1341,14 +1336,8 @@ mod tests {
     /// grant is given back (its cap covering the refused version) and the lock taken anew.
     #[test]
     fn after_a_refused_write_near_the_lease_end_nothing_is_written() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
-        let handle = grant(5, env.now + 8_000);
-        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
-        let (attempted, _) = write_of(&update.start(&mut env));
-        update.answer(Answer::Written(Some(0)), &mut env);
+        let mut env = clock();
+        let (mut update, handle, attempted) = refused_kept_write(&mut env);
         env.now = handle.lease_until_ms - fenced::lease_margin_ms(LIMITS.lease_ms);
         let changed = Outlook {
             newest: held(&handle),
@@ -1370,14 +1359,8 @@ mod tests {
     /// ended must stay below the next grant's floor.
     #[test]
     fn a_version_above_the_lease_is_covered_by_a_renewal_first() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
-        let handle = grant(5, env.now + 8_000);
-        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
-        update.start(&mut env);
-        update.answer(Answer::Written(Some(0)), &mut env);
+        let mut env = clock();
+        let (mut update, handle, _) = refused_kept_write(&mut env);
         let ahead = handle.lease_until_ms + 5_000;
         let changed = Outlook {
             newest: held(&handle),
@@ -1403,10 +1386,7 @@ mod tests {
     /// gives up after a few, releasing the grant, instead of chasing an endless stream.
     #[test]
     fn an_update_refused_again_and_again_gives_up() {
-        let mut env = Clock {
-            now: 100_000,
-            tokens: 0,
-        };
+        let mut env = clock();
         let handle = grant(5, env.now + 8_000);
         let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
         let mut step = update.start(&mut env);
@@ -1455,10 +1435,7 @@ mod tests {
             fn log(&mut self, _: Level, _: &str) {}
         }
         let mut env = Jittery {
-            clock: Clock {
-                now: 100_000,
-                tokens: 0,
-            },
+            clock: clock(),
             draws: 0,
         };
         let start = env.clock.now;
