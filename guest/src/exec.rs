@@ -330,7 +330,9 @@ mod tests {
     fn a_down_server_is_tried_for_the_whole_budget_then_named() {
         let clock = VirtualClock::default();
         let exec = exec(&clock, &[]);
-        let error = exec.run(&exec.sql.count()).expect_err("the server is down");
+        let error = exec
+            .run(&exec.sql.version_of("s"))
+            .expect_err("the server is down");
         let sent = clock.sent.borrow();
         let last = *sent.last().expect("tried");
         assert!(
@@ -355,7 +357,7 @@ mod tests {
         let error = exec
             .retrying_until(5_000, || {
                 // A nested, later bound does not extend the outer one.
-                exec.retrying_until(50_000, || exec.run(&exec.sql.count()))
+                exec.retrying_until(50_000, || exec.run(&exec.sql.version_of("s")))
             })
             .expect_err("the server is down");
         let last = *clock.sent.borrow().last().expect("tried");
@@ -365,7 +367,7 @@ mod tests {
         // Outside the bound, the budget applies again.
         clock.sent.borrow_mut().clear();
         let started = clock.now.get();
-        let _ = exec.run(&exec.sql.count());
+        let _ = exec.run(&exec.sql.version_of("s"));
         let last = *clock.sent.borrow().last().expect("tried");
         assert!(last - started > 50_000, "{}", last - started);
     }
@@ -374,7 +376,7 @@ mod tests {
     fn a_count_limit_still_holds_within_the_budget() {
         let clock = VirtualClock::default();
         let exec = exec(&clock, &[("retries", "2")]);
-        let error = exec.run(&exec.sql.count()).expect_err("down");
+        let error = exec.run(&exec.sql.version_of("s")).expect_err("down");
         assert_eq!(clock.sent.borrow().len(), 3, "one try and two retries");
         assert!(format!("{error}").contains("retries allows 2"), "{error}");
     }

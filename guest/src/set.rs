@@ -18,9 +18,8 @@
 //!   been overwritten since. Writing again could bury that newer write, so the set fails and
 //!   says so.
 //!
-//! Not covered: a `delete` of the id between the first landing and a resend removes the version
-//! the condition relies on, so the resend lands again (a deleted state comes back). Deletes are
-//! rows removed, not versions kept; a tombstone would close it.
+//! A `delete` keeps the version too: it writes a tombstone above what it deleted
+//! (`sql::encode_tombstone`), so a resend after a delete writes nothing either.
 
 use crate::error::{Error, Result};
 use crate::rows::StoredTuple;

@@ -301,8 +301,8 @@ impl Statements {
 
     // -- states --
 
-    /// One state, with its version: `{"partial_state", "completed_state", "updated_at_ms"}`.
-    /// A deciding read (`update` merges into it), so sequentially consistent.
+    /// One state, with its version: `{"partial_state", "completed_state", "updated_at_ms"}`
+    /// (a deleted id's tombstone too: both parts NULL). A deciding read (`update` merges into it), so sequentially consistent.
     pub fn get(&self, state_id: &str) -> Read<rows::Stored> {
         Query::new(format!(
             "SELECT partial_state, completed_state, toUnixTimestamp64Milli(updated_at) AS updated_at_ms \
@@ -415,30 +415,9 @@ impl Statements {
             .one_row_of_nothing()
     }
 
-    pub fn delete(&self, state_id: &str) -> Query {
-        Query::new(format!(
-            "DELETE FROM {} WHERE state_id = {{id:String}}",
-            self.state
-        ))
-        .param("id", state_id)
-        .delete(true)
-    }
-
-    /// Deletes the versions written up to `cap_ms`: a holder whose lock was taken over cannot
-    /// delete what the next holder wrote (its versions are above the cap).
-    pub fn delete_up_to(&self, state_id: &str, cap_ms: u64) -> Query {
-        Query::new(format!(
-            "DELETE FROM {} WHERE state_id = {{id:String}} AND updated_at <= fromUnixTimestamp64Milli(toInt64({{cap:UInt64}}))",
-            self.state
-        ))
-        .param("id", state_id)
-        .param("cap", cap_ms.to_string())
-        .delete(true)
-    }
-
-    /// Matching ids, sorted, as RowBinary.
+    /// Matching live ids, sorted, as RowBinary.
     pub fn state_ids(&self, filter: &Filter) -> Read<rows::Id> {
-        let (condition, query) = where_filter(filter);
+        let (condition, query) = where_live(filter);
         Query {
             sql: format!(
                 "SELECT state_id FROM {} FINAL{condition} ORDER BY state_id FORMAT RowBinary",
@@ -449,9 +428,9 @@ impl Statements {
         .read_binary()
     }
 
-    /// Matching states, sorted by id, as RowBinary (id, partial, completed; NULL as empty).
+    /// Matching live states, sorted by id, as RowBinary (id, partial, completed; NULL as empty).
     pub fn get_all(&self, filter: &Filter) -> Read<rows::Listed> {
-        let (condition, query) = where_filter(filter);
+        let (condition, query) = where_live(filter);
         Query {
             sql: format!(
                 "SELECT state_id, ifNull(partial_state, ''), ifNull(completed_state, '') \
@@ -463,12 +442,16 @@ impl Statements {
         .read_binary()
     }
 
-    pub fn count(&self) -> Query {
-        Query::new(format!("SELECT count() FROM {} FINAL", self.state))
-    }
-
-    pub fn truncate(&self) -> Query {
-        Query::new(format!("TRUNCATE TABLE {}", self.state)).role(Role::Mutation)
+    /// The version of every live id, as JSONEachRow `{"state_id", "version"}`. Deciding: what
+    /// `clear_all` deletes goes above it.
+    pub fn live_versions(&self) -> Read<rows::Version> {
+        Query::new(format!(
+            "SELECT state_id, toUnixTimestamp64Milli(updated_at) AS version FROM {} FINAL \
+             WHERE {LIVE} FORMAT JSONEachRow",
+            self.state
+        ))
+        .deciding()
+        .read()
     }
 
     // -- the original backend's lock --
@@ -643,6 +626,10 @@ const NEWEST_FOLD: &str = "argMinIf(owner, at_ms, event = 'acquire') AS holder, 
      maxIf(until_ms, event = 'release') AS release_cap, \
      countIf(event = 'force') > 0 AS forced";
 
+/// A state row that is not a tombstone (a delete's row, both parts NULL; no writer of this
+/// backend or of the original writes a NULL part).
+pub const LIVE: &str = "NOT (partial_state IS NULL AND completed_state IS NULL)";
+
 /// Largest state (id, partial and completed together, in bytes) a guarded write or a one-trip
 /// `set` sends as query parameters. They travel in the URL, which servers cap (1 MiB by
 /// default, after percent-encoding, which can triple JSON); larger states take two round trips.
@@ -657,29 +644,28 @@ pub struct StateRow<'a> {
     pub version_ms: u64,
 }
 
-/// A state row as a line of JSONEachRow for `insert_states`.
+/// A state row as a line of JSONEachRow for `insert_states` (parts `None`: a tombstone).
 #[derive(serde::Serialize)]
 struct JsonRow<'a> {
     state_id: &'a str,
-    partial_state: &'a str,
-    completed_state: &'a str,
-    /// Unix seconds with milliseconds, e.g. "1732895527.123": unambiguous in any server timezone.
+    partial_state: Option<&'a str>,
+    completed_state: Option<&'a str>,
+    /// See [`json_time`].
     updated_at: String,
 }
 
 impl StateRow<'_> {
     /// Appends this row as a line of JSONEachRow (see `insert_states`).
     pub fn encode(&self, data: &mut Vec<u8>) -> crate::error::Result<()> {
-        let row = JsonRow {
-            state_id: self.state_id,
-            partial_state: self.partial,
-            completed_state: self.completed,
-            updated_at: format!("{}.{:03}", self.version_ms / 1000, self.version_ms % 1000),
-        };
-        serde_json::to_writer(&mut *data, &row)
-            .map_err(|e| crate::error::Error::InvalidInput(format!("cannot encode state: {e}")))?;
-        data.push(b'\n');
-        Ok(())
+        encode_row(
+            JsonRow {
+                state_id: self.state_id,
+                partial_state: Some(self.partial),
+                completed_state: Some(self.completed),
+                updated_at: json_time(self.version_ms),
+            },
+            data,
+        )
     }
 
     /// Whether it is small enough for query parameters (see [`GUARDED_MAX_BYTES`]).
@@ -693,6 +679,38 @@ impl StateRow<'_> {
             .param("partial", self.partial)
             .param("completed", self.completed)
     }
+}
+
+/// Appends the tombstone of `state_id` at `version_ms` as a line of JSONEachRow for
+/// `insert_states`. A deleted id keeps its highest version as a row without parts, so that no
+/// write below it (a `set` sent again, see `crate::set`) lands over the delete, and every
+/// write after it goes above. Reads skip it ([`LIVE`]); a merge keeps only it.
+pub fn encode_tombstone(
+    state_id: &str,
+    version_ms: u64,
+    data: &mut Vec<u8>,
+) -> crate::error::Result<()> {
+    encode_row(
+        JsonRow {
+            state_id,
+            partial_state: None,
+            completed_state: None,
+            updated_at: json_time(version_ms),
+        },
+        data,
+    )
+}
+
+/// Unix seconds with milliseconds, e.g. "1732895527.123": unambiguous in any server timezone.
+fn json_time(version_ms: u64) -> String {
+    format!("{}.{:03}", version_ms / 1000, version_ms % 1000)
+}
+
+fn encode_row(row: JsonRow<'_>, data: &mut Vec<u8>) -> crate::error::Result<()> {
+    serde_json::to_writer(&mut *data, &row)
+        .map_err(|e| crate::error::Error::InvalidInput(format!("cannot encode state: {e}")))?;
+    data.push(b'\n');
+    Ok(())
 }
 
 /// What a guarded state write requires when the server evaluates it: the lock's grant is the
@@ -740,21 +758,26 @@ fn guard_condition(statements: &Statements, guard: &Guard) -> (String, Query) {
     (condition, query)
 }
 
-fn where_filter(filter: &Filter) -> (String, Query) {
+/// A `WHERE` clause for the ids `filter` matches whose newest row is not a tombstone. Under
+/// `FINAL` the clause applies to each id's newest row (the default
+/// `optimize_move_to_prewhere_if_final = 0` keeps the parts condition out of `PREWHERE`).
+fn where_live(filter: &Filter) -> (String, Query) {
     let query = Query::new(String::new());
     match filter {
-        Filter::All => (String::new(), query),
+        Filter::All => (format!(" WHERE {LIVE}"), query),
         Filter::Exact(id) => (
-            " WHERE state_id = {pattern:String}".into(),
+            format!(" WHERE state_id = {{pattern:String}} AND {LIVE}"),
             query.param("pattern", id.clone()),
         ),
         Filter::Match { prefix, regex } if prefix.is_empty() => (
-            " WHERE match(state_id, {regex:String})".into(),
+            format!(" WHERE match(state_id, {{regex:String}}) AND {LIVE}"),
             query.param("regex", regex.clone()),
         ),
         Filter::Match { prefix, regex } => (
-            " WHERE startsWith(state_id, {prefix:String}) AND match(state_id, {regex:String})"
-                .into(),
+            format!(
+                " WHERE startsWith(state_id, {{prefix:String}}) AND match(state_id, {{regex:String}}) \
+                 AND {LIVE}"
+            ),
             query
                 .param("prefix", prefix.clone())
                 .param("regex", regex.clone()),
@@ -908,12 +931,7 @@ mod tests {
     fn values_are_bound_not_spliced() {
         let s = statements();
         let id = "x' OR 1=1 --";
-        for q in [
-            s.get(id).query,
-            s.delete(id),
-            s.version_of(id),
-            s.lock_delete(id, id),
-        ] {
+        for q in [s.get(id).query, s.version_of(id), s.lock_delete(id, id)] {
             assert!(!q.sql.contains(id), "{}", q.sql);
             assert!(q.params.iter().any(|(_, v)| v == id));
         }
@@ -925,7 +943,11 @@ mod tests {
     #[test]
     fn filters_become_conditions() {
         let s = statements();
-        assert!(!s.state_ids(&Filter::All).query.sql.contains("WHERE"));
+        let all = s.state_ids(&Filter::All).query.sql;
+        assert!(
+            all.contains(&format!("FINAL WHERE {LIVE} ORDER BY")),
+            "{all}"
+        );
         let exact = s.state_ids(&Filter::Exact("dev:x".into())).query;
         assert!(exact.sql.starts_with("SELECT"), "{}", exact.sql);
         assert!(exact.sql.contains("WHERE state_id = {pattern:String}"));

@@ -13,7 +13,7 @@ use crate::lock::{self, LockHandle, Locks};
 use crate::merge::{merged, or_empty, parse_object};
 use crate::rows;
 use crate::set::{self, Answer, Set, Step};
-use crate::sql::{Query, StateRow};
+use crate::sql::{self, Query, StateRow};
 
 /// A state as the contract carries it: JSON object texts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,19 +94,24 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn get(&self, state_id: &str) -> Result<Option<State>> {
         validate_state_id(state_id)?;
-        Ok(self.get_versioned(state_id)?.map(|(state, _)| state))
+        Ok(self.stored(state_id)?.and_then(|(partial, completed, _)| {
+            if partial.is_none() && completed.is_none() {
+                return None; // a tombstone: deleted
+            }
+            Some(State {
+                state_id: state_id.to_string(),
+                partial: or_empty(partial),
+                completed: or_empty(completed),
+            })
+        }))
     }
 
-    fn get_versioned(&self, state_id: &str) -> Result<Option<(State, u64)>> {
-        let Some(row) = self.exec.fetch_first(&self.exec.sql.get(state_id))? else {
-            return Ok(None);
-        };
-        let state = State {
-            state_id: state_id.to_string(),
-            partial: or_empty(row.partial_state),
-            completed: or_empty(row.completed_state),
-        };
-        Ok(Some((state, row.updated_at_ms)))
+    /// The newest row of `state_id`, a tombstone too (both parts `None`).
+    fn stored(&self, state_id: &str) -> Result<Option<rows::StoredTuple>> {
+        Ok(self
+            .exec
+            .fetch_first(&self.exec.sql.get(state_id))?
+            .map(|row| (row.partial_state, row.completed_state, row.updated_at_ms)))
     }
 
     pub fn set(&self, state: &State) -> Result<()> {
@@ -139,9 +144,7 @@ impl<T: Transport, H: Host> Store<T, H> {
                         .run_written_resent(&query)
                         .map(|(rows, resent)| Answer::Written { rows, resent })
                 }
-                set::Statement::ReadStored => self.get_versioned(&state.state_id).map(|stored| {
-                    Answer::Stored(stored.map(|(s, v)| (Some(s.partial), Some(s.completed), v)))
-                }),
+                set::Statement::ReadStored => self.stored(&state.state_id).map(Answer::Stored),
                 set::Statement::Insert { version_ms } => self
                     .write(std::slice::from_ref(state), version_ms)
                     .map(|()| Answer::Inserted),
@@ -177,9 +180,8 @@ impl<T: Transport, H: Host> Store<T, H> {
         completed: Map<String, Value>,
         lock: &mut LockHandle,
     ) -> Result<()> {
-        let stored = self.get_versioned(&state.state_id)?;
-        let stored_version = stored.as_ref().map_or(0, |(_, v)| *v);
-        let stored = stored.map(|(s, v)| (Some(s.partial), Some(s.completed), v));
+        let stored = self.stored(&state.state_id)?;
+        let stored_version = stored.as_ref().map_or(0, |(_, _, v)| *v);
         let (partial, completed) = merged(partial, completed, stored);
         let to_write = State {
             state_id: state.state_id.clone(),
@@ -209,17 +211,15 @@ impl<T: Transport, H: Host> Store<T, H> {
         lock::confirm_write(&self.exec, lock)
     }
 
-    /// Deletes the state as it is now: the versions up to the newest one read here. A retry of
-    /// the delete (its answer lost) cannot remove a state written after it.
+    /// Deletes the state as it is now: a tombstone above the newest version read here (see
+    /// `sql::encode_tombstone`), at a version fixed before sending, so that a retry of the
+    /// delete lands on itself and a state written after it stays.
     pub fn delete(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
-        let stored = self.read_version(&self.exec.sql.version_of(state_id))?;
-        if stored == 0 {
-            return Ok(()); // nothing stored
+        match self.stored(state_id)? {
+            None | Some((None, None, _)) => Ok(()), // nothing stored, or deleted already
+            Some((_, _, version)) => self.bury(&[(state_id, self.next_version(version))]),
         }
-        self.exec
-            .run(&self.exec.sql.delete_up_to(state_id, stored))
-            .map(drop)
     }
 
     pub fn clear(&self, state_id: &str) -> Result<()> {
@@ -231,20 +231,13 @@ impl<T: Transport, H: Host> Store<T, H> {
         result.and(released)
     }
 
-    /// Deletes a state under a lock the caller holds. With fencing, only versions up to the
-    /// lease end go: a holder that lost its lock cannot delete what the next holder wrote.
+    /// Deletes a state under a lock the caller holds: a tombstone written as `set_locked` writes
+    /// a state, so with fencing it fails with `lock-lost` rather than bury what a later holder
+    /// wrote.
     pub fn clear_locked(&self, lock: &mut LockHandle) -> Result<()> {
-        let query = match lock.mode {
-            LockMode::Fenced => {
-                // The cap is a fenced version above everything stored now: refused once the
-                // lease has run out or a later holder has written.
-                let stored = self.read_version(&self.exec.sql.version_of(&lock.state_id))?;
-                let cap = lock::write_version(&self.exec, lock, stored)?;
-                self.exec.sql.delete_up_to(&lock.state_id, cap)
-            }
-            LockMode::Settle => self.exec.sql.delete(&lock.state_id),
-        };
-        lock::within_lease(&self.exec, lock, || self.exec.run(&query))?;
+        let stored = self.read_version(&self.exec.sql.version_of(&lock.state_id))?;
+        let version = lock::write_version(&self.exec, lock, stored)?;
+        lock::within_lease(&self.exec, lock, || self.bury(&[(&lock.state_id, version)]))?;
         lock::confirm_write(&self.exec, lock)
     }
 
@@ -319,11 +312,18 @@ impl<T: Transport, H: Host> Store<T, H> {
         lock::force_unlock(&self.exec, state_id)
     }
 
+    /// Deletes every live state, each by a tombstone above its version (as `delete`); returns
+    /// how many.
     pub fn clear_all(&self) -> Result<u64> {
-        let body = self.exec.run(&self.exec.sql.count())?;
-        let count = rows::number(&body)?;
-        self.exec.run(&self.exec.sql.truncate())?;
-        Ok(count)
+        let live = self.exec.fetch(&self.exec.sql.live_versions())?;
+        let tombstones: Vec<(&str, u64)> = live
+            .iter()
+            .map(|row| (row.state_id.as_str(), self.next_version(row.version)))
+            .collect();
+        if !tombstones.is_empty() {
+            self.bury(&tombstones)?;
+        }
+        Ok(tombstones.len() as u64)
     }
 
     /// A version for a new write: the host's clock, but never at or below what is stored, so a
@@ -334,6 +334,18 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     fn read_version(&self, query: &Query) -> Result<u64> {
         rows::number(&self.exec.run(query)?)
+    }
+
+    /// One INSERT of tombstones, each at its version, under a fresh deduplication token.
+    fn bury(&self, tombstones: &[(&str, u64)]) -> Result<()> {
+        let mut data = Vec::with_capacity(tombstones.iter().map(|(id, _)| id.len() + 96).sum());
+        for (state_id, version_ms) in tombstones {
+            sql::encode_tombstone(state_id, *version_ms, &mut data)?;
+        }
+        let token = self.exec.new_token();
+        self.exec
+            .run(&self.exec.sql.insert_states(data, &token))
+            .map(drop)
     }
 
     fn write(&self, states: &[State], version_ms: u64) -> Result<()> {

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use clickhouse_state::config::Config;
 use clickhouse_state::deployment::{Consistency, Kind};
+use clickhouse_state::glob::Filter;
 use clickhouse_state::http::Client;
 use clickhouse_state::lock::fenced;
 use clickhouse_state::rows;
@@ -211,7 +212,8 @@ fn every_kind_sends_settings_the_engine_accepts() {
                 sql.lock_candidates("s", 0).query,
                 sql.lock_delete("s", "l"),
                 sql.log_prune("s", 0),
-                sql.delete_up_to("s", 1),
+                sql.live_versions().query,
+                sql.state_ids(&Filter::Exact("s".into())).query,
                 sql.log_outlook("s").query,
                 sql.write_guarded(state_row(n), &guard(), &token),
                 sql.guard_holds(&guard()),

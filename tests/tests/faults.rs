@@ -343,9 +343,9 @@ impl FaultPlan for LoseFirstAnswer {
     }
 }
 
-/// Deletes (and only they) wait for their mutation to finish on every replica.
+/// A delete's one write is its tombstone, an insert (its other request is a read).
 fn is_delete(uri: &http::Uri) -> bool {
-    uri.query().unwrap_or("").contains("mutations_sync=2")
+    uri.query().unwrap_or("").contains("INSERT")
 }
 
 /// A state write carries the state as a query parameter; the setter's other requests are reads.
@@ -448,6 +448,54 @@ async fn a_set_resent_after_a_merge_does_not_bury_the_update_built_on_it() {
         1,
         "the acknowledged update survives the resend"
     );
+    match outcome {
+        Err(Error::Timeout(m)) => assert!(m.contains("unknown"), "{m}"),
+        other => panic!("expected the set's outcome reported unknown, got {other:?}"),
+    }
+}
+
+/// A `set` lands and its answer is lost; the state is deleted (acknowledged); then the set is
+/// sent again. The delete's tombstone is above the set's version, so the resend writes nothing:
+/// the deleted state does not come back, and the set reports that its outcome is unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_resent_after_a_delete_does_not_bring_the_state_back() {
+    let table = TestTable::new("set_resend_delete");
+    let mut writer = table.open().await;
+    writer
+        .set(&State::completed("other", "{}"))
+        .await
+        .expect("the tables made");
+    let lose = LoseFirstAnswer::of(is_state_write, Duration::from_secs(5));
+    let interceptor: Arc<dyn Interceptor> = lose.clone();
+    let mut setter = runtime()
+        .open_with(
+            &table.target.uri(),
+            table.with(&[("retries", "2"), ("retry_backoff_seconds", "0.05")]),
+            InstanceOptions {
+                interceptor: Some(interceptor),
+                faults: Some(lose.clone()),
+                ..InstanceOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let setting =
+        tokio::spawn(async move { setter.set(&State::completed("s", r#"{"v":"set"}"#)).await });
+    lose.resend_held().await;
+    assert!(
+        writer.get("s").await.unwrap().is_some(),
+        "the set's first send landed"
+    );
+    writer.delete("s").await.expect("the delete");
+    assert_eq!(writer.get("s").await.unwrap(), None, "deleted");
+    assert!(!setting.is_finished(), "the delete came before the resend");
+    let outcome = setting.await.unwrap();
+    assert_eq!(
+        writer.get("s").await.unwrap(),
+        None,
+        "the resend does not bring the deleted state back"
+    );
+    assert_eq!(writer.state_ids(None).await.unwrap(), ["other"]);
     match outcome {
         Err(Error::Timeout(m)) => assert!(m.contains("unknown"), "{m}"),
         other => panic!("expected the set's outcome reported unknown, got {other:?}"),

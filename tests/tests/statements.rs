@@ -10,6 +10,7 @@ use clickhouse_state::exec::{Exec, Host, Level};
 use clickhouse_state::lock::fenced::{self, Claim, Event, LogEntry, Newest};
 use clickhouse_state::set;
 use clickhouse_state::sql::StateRow;
+use clickhouse_state::store::{State, Store};
 use integration_tests::{TestTable, splitmix64};
 
 mod common;
@@ -178,5 +179,51 @@ fn the_set_condition_in_sql_decides_as_the_rule_in_rust() -> Result<()> {
             "stored at {stored:?}"
         );
     }
+    Ok(())
+}
+
+/// A `set` lands and its answer is lost; the state is deleted; an update from a client whose
+/// clock is behind the set's version writes the id afresh and is acknowledged; then the set is
+/// sent again. The delete must leave a trace the resend's condition sees: otherwise the resend
+/// lands again, brings the deleted state back and buries the acknowledged update. An id
+/// deleted with nothing after it must stay deleted, too.
+#[test]
+fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
+    let table = TestTable::new("set_delete");
+    let store = Store::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
+    store.migrate()?;
+    let exec = &Exec::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
+    // The setter's clock is ahead of the others' (`Clock`).
+    let ahead = Clock.now_ms() + 10_000;
+    let row = |id: &'static str| StateRow {
+        state_id: id,
+        partial: "{}",
+        completed: r#"{"set":1}"#,
+        version_ms: ahead,
+    };
+    let sends = ["updated", "deleted"].map(|id| exec.sql.set_unless_newer(row(id), id));
+    for send in &sends {
+        assert_eq!(exec.run_written(send)?, Some(1), "the first landing");
+    }
+    for id in ["updated", "deleted"] {
+        store.delete(id)?;
+        assert_eq!(store.get(id)?, None, "deleted");
+    }
+    store.update(&State {
+        state_id: "updated".into(),
+        partial: r#"{"after_delete":1}"#.into(),
+        completed: "{}".into(),
+    })?;
+    for send in &sends {
+        exec.run(send)?; // the resend, after the lost answer
+    }
+    let updated = store.get("updated")?.expect("the update's state");
+    assert_eq!(
+        (updated.partial.as_str(), updated.completed.as_str()),
+        (r#"{"after_delete":1}"#, "{}"),
+        "the acknowledged update is the state, not the resent set"
+    );
+    assert_eq!(store.get("deleted")?, None, "a deleted state stays deleted");
+    assert_eq!(store.state_ids(None)?, ["updated"]);
     Ok(())
 }
