@@ -40,7 +40,7 @@ pub enum Role {
     /// An `INSERT ... SELECT ... WHERE` whose condition reads what decides it (the lock log,
     /// the stored version): an insert and a deciding read at once.
     GuardedInsert,
-    /// A DELETE or TRUNCATE.
+    /// A DELETE (of the lock tables' rows).
     Mutation,
 }
 
@@ -117,6 +117,13 @@ impl Query {
     fn one_row_of_nothing(self) -> Self {
         self.setting("empty_result_for_aggregation_by_empty_set", "0")
             .setting("aggregate_functions_null_for_empty", "0")
+    }
+
+    /// A read whose `WHERE` on a non-key column must see each id's newest row only, so it runs
+    /// after `FINAL`'s merge: a profile that moves it into `PREWHERE` would filter rows before
+    /// the merge (a tombstone first, then the older live row wins), so the statement pins it.
+    fn where_after_final(self) -> Self {
+        self.setting("optimize_move_to_prewhere_if_final", "0")
     }
 
     /// A read that decides something (who holds a lock, what to merge into).
@@ -425,6 +432,7 @@ impl Statements {
             ),
             ..query
         }
+        .where_after_final()
         .read_binary()
     }
 
@@ -439,6 +447,7 @@ impl Statements {
             ),
             ..query
         }
+        .where_after_final()
         .read_binary()
     }
 
@@ -450,6 +459,7 @@ impl Statements {
              WHERE {LIVE} FORMAT JSONEachRow",
             self.state
         ))
+        .where_after_final()
         .deciding()
         .read()
     }
@@ -758,9 +768,8 @@ fn guard_condition(statements: &Statements, guard: &Guard) -> (String, Query) {
     (condition, query)
 }
 
-/// A `WHERE` clause for the ids `filter` matches whose newest row is not a tombstone. Under
-/// `FINAL` the clause applies to each id's newest row (the default
-/// `optimize_move_to_prewhere_if_final = 0` keeps the parts condition out of `PREWHERE`).
+/// A `WHERE` clause for the ids `filter` matches whose newest row is not a tombstone (under
+/// `FINAL`, with `where_after_final`).
 fn where_live(filter: &Filter) -> (String, Query) {
     let query = Query::new(String::new());
     match filter {

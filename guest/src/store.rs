@@ -236,6 +236,9 @@ impl<T: Transport, H: Host> Store<T, H> {
     /// wrote.
     pub fn clear_locked(&self, lock: &mut LockHandle) -> Result<()> {
         let stored = self.read_version(&self.exec.sql.version_of(&lock.state_id))?;
+        if stored == 0 {
+            return Ok(()); // nothing stored: no tombstone for an id that never was
+        }
         let version = lock::write_version(&self.exec, lock, stored)?;
         lock::within_lease(&self.exec, lock, || self.bury(&[(&lock.state_id, version)]))?;
         lock::confirm_write(&self.exec, lock)

@@ -378,6 +378,11 @@ async fn a_delete_retried_after_its_answer_was_lost_spares_a_newer_state() {
     let deleting = tokio::spawn(async move { deleter.delete("s").await });
     // The delete ran and its answer was lost; its retry waits. Another client writes now.
     lose.resend_held().await;
+    assert_eq!(
+        writer.get("s").await.unwrap(),
+        None,
+        "the first send deleted"
+    );
     writer
         .set(&State::completed("s", r#"{"v":"new"}"#))
         .await

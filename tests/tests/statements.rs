@@ -215,7 +215,8 @@ fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
         completed: "{}".into(),
     })?;
     for send in &sends {
-        exec.run(send)?; // the resend, after the lost answer
+        // the resend, after the lost answer: below the tombstone, it writes nothing
+        assert_eq!(exec.run_written(send)?, Some(0), "the resend landed again");
     }
     let updated = store.get("updated")?.expect("the update's state");
     assert_eq!(
@@ -225,5 +226,11 @@ fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
     );
     assert_eq!(store.get("deleted")?, None, "a deleted state stays deleted");
     assert_eq!(store.state_ids(None)?, ["updated"]);
+    let listed: Vec<String> = store
+        .get_all(None)?
+        .into_iter()
+        .map(|s| s.state_id)
+        .collect();
+    assert_eq!(listed, ["updated"]);
     Ok(())
 }
