@@ -248,6 +248,11 @@ bench-meltano: guest clickhouse-start python-package
     cargo build --release -p meltano-state-host
     cargo bench -p integration-tests --bench meltano
 
+# Two processes updating one id in turn, against one alone (what a second writer meets)
+bench-alternation: guest clickhouse-start
+    cargo build --release -p meltano-state-host
+    cargo bench -p integration-tests --bench alternation
+
 # Sandbox benchmark: instantiation, memory per idle instance, .cwasm vs .wasm loading
 bench-sandbox: guest
     cargo bench -p integration-tests --bench sandbox

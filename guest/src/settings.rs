@@ -112,7 +112,8 @@ pub const SETTINGS: &[Setting] = &[
         None,
         Some("30"),
         "30",
-        "how long taking a lock keeps trying",
+        "how long taking a lock keeps trying; also the lease of an `update`'s lock (at least 10, \
+         at most `lock_lease_seconds`), so a killed holder keeps an id this long at most",
         "5",
     ),
     setting(
@@ -136,7 +137,8 @@ pub const SETTINGS: &[Setting] = &[
         None,
         Some("300"),
         "300",
-        "a holder that stops renewing loses the lock after this",
+        "an explicit lock (`lock`, Meltano's `acquire_lock`) is lost this long after its holder \
+         stops renewing it",
         "60",
     ),
     setting(

@@ -238,7 +238,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // Without waiting for the thread that reads stdin: `serve`, stopped by a signal, would
+    // otherwise exit only once its input ends.
+    runtime.shutdown_background();
+    match result {
         Ok(Value::Null) => ExitCode::SUCCESS,
         Ok(output) => {
             let mut stdout = std::io::stdout().lock();

@@ -4,7 +4,9 @@
 //! Request, one line: `{"id": 1, "method": "get", "params": {"state_id": "dev:a"}}`.
 //! Answer, one line: `{"id": 1, "result": ...}` or `{"id": 1, "error": {"kind": "locked",
 //! "message": "...", "lock": {...}}}`. Locks are referred to by the number `acquire_lock`
-//! returns. End of input ends the process (held locks are released first).
+//! returns. End of input ends the process (held locks are released first), and so does SIGINT
+//! or SIGTERM (Ctrl-C on Windows): the request in hand is answered, held and kept locks are
+//! given back, then the process exits; a second signal exits at once.
 //!
 //! Start-up: the first line says whether the instance is ready, `{"ready": {"version": "..."}}`,
 //! or why not, `{"error": {"kind": "invalid-config", "message": "...", "setting": "lock_mode"}}`
@@ -35,9 +37,11 @@ pub fn startup_failure(error: &Error, setting: Option<&str>) {
 /// `lock_linger_seconds` when `serve` runs and the setting is not given.
 pub const DEFAULT_LINGER_SECONDS: &str = "5";
 
-/// Serves requests from stdin until it closes. Between requests, calls the store's `idle` when
-/// it asked to be called (so a kept lock is given back once idle), and `close` at the end.
+/// Serves requests from stdin until it closes or a signal asks it to stop. Between requests,
+/// calls the store's `idle` when it asked to be called (so a kept lock is given back once
+/// idle), and `close` at the end.
 pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
+    let mut stop = stop_on_signal();
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut stdout = tokio::io::stdout();
     let ready = json!({"ready": {"version": env!("CARGO_PKG_VERSION")}}).to_string() + "\n";
@@ -49,16 +53,17 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
     let clock = backend.clock();
     let mut due: Option<u64> = None;
     loop {
-        let next = match due {
-            Some(at) => {
-                let wait = clock.sleep(at.saturating_sub(clock.now_ms()));
-                tokio::select! {
-                    // `next_line` is cancellation safe: a line half read stays buffered.
-                    line = lines.next_line() => Some(line),
-                    () = wait => None,
-                }
+        let wait = async {
+            match due {
+                Some(at) => clock.sleep(at.saturating_sub(clock.now_ms())).await,
+                None => std::future::pending().await,
             }
-            None => Some(lines.next_line().await),
+        };
+        let next = tokio::select! {
+            // `next_line` is cancellation safe: a line half read stays buffered.
+            line = lines.next_line() => Some(line),
+            () = wait => None,
+            _ = stop.changed() => break,
         };
         let Some(next) = next else {
             due = idle(&mut backend, &*clock).await;
@@ -94,12 +99,51 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
         if stdout.write_all(text.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
             break;
         }
+        if *stop.borrow() {
+            break;
+        }
         due = idle(&mut backend, &*clock).await;
     }
     for (_, lock) in locks.drain() {
         let _ = backend.release(lock).await;
     }
     backend.close().await
+}
+
+/// Becomes true at the first SIGINT or SIGTERM (Ctrl-C on Windows); the second exits the
+/// process at once, with 130. A request in hand is not cut off by the first: the component is
+/// never dropped in the middle of a call, whose lock state would be lost.
+fn stop_on_signal() -> tokio::sync::watch::Receiver<bool> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if let Err(e) = signalled().await {
+            tracing::warn!("cannot listen for signals: {e}");
+            return;
+        }
+        tracing::info!("signal: giving back held locks, then exiting (a second signal exits now)");
+        let _ = stop.send(true);
+        if signalled().await.is_ok() {
+            std::process::exit(130);
+        }
+    });
+    stopped
+}
+
+#[cfg(unix)]
+async fn signalled() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+async fn signalled() -> std::io::Result<()> {
+    tokio::signal::ctrl_c().await
 }
 
 /// Lets the store give back what it kept and idled long enough; returns when to call again. A

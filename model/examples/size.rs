@@ -1,6 +1,7 @@
 //! Explores one configuration of the model and prints its size and what it found, for tuning
 //! bounds: `K=lease H=horizon S=skew L=lost X=failures W=window U=updates F=forces C=clients
-//! G=merges T=sets P=settle(1) cargo run --release -p lock-model --example size`.
+//! G=merges T=sets O=timeout Z=kills Y=explicit lock's lease (the update's from the rule)
+//! R=replicas P=settle(1) cargo run --release -p lock-model --example size`.
 use lock_model::LockModel;
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -28,6 +29,11 @@ fn main() {
     m.merges = env("G", m.merges.into()) as u8;
     m.sets = env("T", m.sets.into()) as u8;
     m.timeout = env("O", m.timeout);
+    m.crashes = env("Z", m.crashes.into()) as u8;
+    m.replicas = env("R", m.replicas.into()) as u8;
+    if let Some(lease) = std::env::var("Y").ok().and_then(|v| v.parse().ok()) {
+        m.lock_lease = Some(lease);
+    }
     let started = std::time::Instant::now();
     let checker = m
         .clone()

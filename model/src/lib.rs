@@ -44,7 +44,7 @@ use clickhouse_state::lock::Attempt;
 use clickhouse_state::lock::Memory;
 use clickhouse_state::lock::fenced::{self, Event, LogEntry, Outlook};
 use clickhouse_state::lock::settle::{self, Candidate, Try};
-use clickhouse_state::lock::update::{Answer, Env, Limits, Statement, Step, Update};
+use clickhouse_state::lock::update::{self, Answer, Env, Limits, Statement, Step, Update};
 use clickhouse_state::set::{self as overwrite, Set};
 use clickhouse_state::sql::{Guard, Role};
 use stateright::{Model, Property};
@@ -69,6 +69,12 @@ pub const SET_ONCE: &str = "a set sent again never buries a write made after it 
 pub const SET_DONE: &str = "a set is reported done";
 /// A `set` that reported success has landed.
 pub const SET_LANDED: &str = "a set reported done has landed";
+/// An update that starts after a holder was killed never fails with `locked` (with one other
+/// client, the dead holder is the only one it can wait for): the dead grant's lease ends
+/// within the update's timeout.
+pub const NOT_LOCKED_OUT: &str = "a killed holder never locks out an update started after it";
+/// Some update started after a kill is acknowledged.
+pub const RECOVERS: &str = "an update after a kill is acknowledged";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
 
@@ -88,8 +94,12 @@ pub struct LockModel {
     /// The deployment kind whose settings the guest sends (the tables are replicated when
     /// `replicas` > 1).
     pub kind: Kind,
-    /// The lease, in ticks (the guest's milliseconds).
+    /// The lease of an update's grant, in ticks (the guest's milliseconds).
     pub lease: u64,
+    /// When set, the lease of an explicit lock (`lock_lease_seconds`): the update's lease is
+    /// then the guest's rule over it and the timeout (`update::update_lease`), as the
+    /// component derives it, instead of `lease`.
+    pub lock_lease: Option<u64>,
     /// How long an update waits for the lock, in ticks.
     pub timeout: u64,
     /// Settle mode's settle time, in ticks (the guest's seconds, see `settle_ms`).
@@ -116,6 +126,9 @@ pub struct LockModel {
     /// Processes that each make one unlocked `set` (the guest's `set::Set`), with the
     /// inserts' faults and a read of the state when it wrote nothing.
     pub sets: u8,
+    /// How many clients may be killed: between two updates, holding the grant it keeps (what a
+    /// kill of a streaming run leaves). A killed client never steps again.
+    pub crashes: u8,
 }
 
 impl LockModel {
@@ -140,6 +153,8 @@ impl LockModel {
             merges: 0,
             updates: 1,
             sets: 0,
+            crashes: 0,
+            lock_lease: None,
         }
     }
 
@@ -177,11 +192,17 @@ impl LockModel {
     }
 
     fn limits(&self) -> Limits {
+        let lease = match self.lock_lease {
+            Some(lock_lease) => update::update_lease(lock_lease, self.timeout, 1),
+            None => self.lease,
+        };
         Limits {
-            lease_ms: self.lease,
+            lease_ms: lease,
             timeout_ms: self.timeout,
             retry_ms: 1,
             linger_ms: u64::from(self.updates > 1),
+            // a client gives up one tick before its retry bound at the latest
+            retry_pause_ms: 1,
         }
     }
 }
@@ -286,6 +307,8 @@ pub enum Pc {
     InSection,
     /// The client is done: its last update acknowledged or failed.
     Done { ok: bool },
+    /// Killed: it never steps again.
+    Killed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -300,6 +323,8 @@ pub struct Client {
     pub update: u8,
     /// What the guest's lock remembers between this client's updates.
     pub memory: Memory,
+    /// When its current update started (global time).
+    pub started: u64,
     /// Tokens the client has made (owners and write tokens are named by this count).
     pub tokens: u8,
 }
@@ -328,6 +353,13 @@ pub struct World {
     pub acknowledged: u8,
     /// Updates whose writes had landed or were on their way when a `set` replaced the state.
     pub replaced: u8,
+    /// Kills left, and when the first one happened (global time).
+    pub crashes: u8,
+    pub killed_at: Option<u64>,
+    /// An update started after a kill failed with `locked`: locked out by the dead holder.
+    pub locked_out: bool,
+    /// An update started after a kill was acknowledged.
+    pub recovered: bool,
 }
 
 impl fmt::Debug for World {
@@ -391,6 +423,10 @@ pub enum Action {
     /// A background merge on `replica` (on every replica with quorum).
     Merge {
         replica: u8,
+    },
+    /// The client is killed (SIGKILL): it never steps again; its inserts in flight may land.
+    Kill {
+        client: u8,
     },
 }
 
@@ -603,13 +639,19 @@ impl LockModel {
                     woken: false,
                 }
             }
-            Step::Done(Err(_)) => {
+            Step::Done(Err(e)) => {
                 c.memory = update.into_memory();
+                if matches!(e, Error::Locked(_)) && world.killed_at.is_some_and(|k| c.started > k) {
+                    world.locked_out = true;
+                }
                 Pc::Done { ok: false }
             }
             Step::Done(Ok(())) => {
                 c.memory = update.into_memory();
                 world.acknowledged |= update_bit(client, c.update);
+                if world.killed_at.is_some_and(|k| c.started > k) {
+                    world.recovered = true;
+                }
                 if c.update + 1 < self.updates {
                     c.update += 1;
                     Pc::Idle
@@ -730,7 +772,9 @@ impl LockModel {
         let pc = world.clients[client as usize].pc.clone();
         match (self.protocol, pc) {
             (Protocol::Fenced, Pc::Idle) => {
+                let started = world.now;
                 let c = &mut world.clients[client as usize];
+                c.started = started;
                 let bit = update_bit(client, c.update);
                 let mut update = Box::new(Update::new(
                     "s",
@@ -1105,6 +1149,7 @@ impl Model for LockModel {
                         saw_held: false,
                         update: 0,
                         memory: Memory::default(),
+                        started: START,
                         tokens: 0,
                     })
                     .collect(),
@@ -1122,6 +1167,10 @@ impl Model for LockModel {
                 forced: 0,
                 acknowledged: 0,
                 replaced: 0,
+                crashes: self.crashes,
+                killed_at: None,
+                locked_out: false,
+                recovered: false,
             })
             .collect()
     }
@@ -1189,6 +1238,13 @@ impl Model for LockModel {
             && !fenced::fold(log(world.rows.iter().map(|r| &r.row))).is_free(world.now)
         {
             actions.push(Action::Force);
+        }
+        if world.crashes > 0 {
+            for (i, c) in world.clients.iter().enumerate() {
+                if matches!(c.pc, Pc::Idle) && c.memory.kept.is_some() {
+                    actions.push(Action::Kill { client: i as u8 });
+                }
+            }
         }
         for (s, setter) in world.setters.iter().enumerate() {
             if matches!(setter, Setter::Idle | Setter::Asks { .. }) {
@@ -1330,6 +1386,19 @@ impl Model for LockModel {
                 if !self.set_step(&mut world, setter, replica) {
                     return None;
                 }
+            }
+            Action::Kill { client } => {
+                world.crashes -= 1;
+                world.killed_at = Some(world.now);
+                world.clients[client as usize].pc = Pc::Killed;
+                // The server may still finish what it sent; nobody waits for the answers.
+                world.in_flight.retain_mut(|f| {
+                    if f.client == Some(client) {
+                        f.client = None;
+                        return !f.landed;
+                    }
+                    true
+                });
             }
             Action::Force => {
                 // The operator's row lands at once (its own insert races nothing here).
@@ -1476,6 +1545,12 @@ impl Model for LockModel {
         properties.push(Property::<Self>::sometimes(COMPLETES, |_, w| {
             w.acknowledged != 0
         }));
+        if self.crashes > 0 {
+            properties.push(Property::<Self>::always(NOT_LOCKED_OUT, |_, w| {
+                !w.locked_out
+            }));
+            properties.push(Property::<Self>::sometimes(RECOVERS, |_, w| w.recovered));
+        }
         if self.clients == 1 {
             properties.push(Property::<Self>::always(UNCONTENDED, |_, w| {
                 !w.clients[0].saw_held

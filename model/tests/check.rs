@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use clickhouse_state::deployment::Kind;
 use lock_model::{
-    COMPLETES, EXCLUSIVE, FENCED, LockModel, NOTHING_LOST, ONE_HOLDER, SET_DONE, SET_KEPT,
-    SET_ONCE, UNCONTENDED,
+    COMPLETES, EXCLUSIVE, FENCED, LockModel, NOT_LOCKED_OUT, NOTHING_LOST, ONE_HOLDER, RECOVERS,
+    SET_DONE, SET_KEPT, SET_ONCE, UNCONTENDED,
 };
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -125,7 +125,7 @@ fn failures() -> LockModel {
     LockModel {
         failures: 1,
         updates: 2,
-        horizon: 5,
+        horizon: 4,
         ..base()
     }
 }
@@ -262,6 +262,30 @@ fn fenced_with_a_kept_grant_and_an_unlocked_set() {
     let model = linger_with_a_set();
     assert!(model.properties().iter().any(|p| p.name == SET_KEPT));
     holds("linger, set", model);
+}
+
+/// A client is killed holding the grant it keeps between updates; the other's update, started
+/// after the kill, waits for the dead grant's lease and gets the lock within its timeout
+/// (`NOT_LOCKED_OUT`), and the dead client's acknowledged update is kept. The update's lease
+/// comes from the guest's rule (`update::update_lease`) over an explicit lock's lease of 30
+/// ticks and a timeout of 3: with the explicit lock's lease instead, the waiter is locked out
+/// (13 steps; docs/lock.md).
+#[test]
+fn fenced_with_a_holder_killed() {
+    let model = LockModel {
+        crashes: 1,
+        updates: 2,
+        lock_lease: Some(30),
+        timeout: 3,
+        horizon: 5,
+        ..base()
+    };
+    assert!(model.properties().iter().any(|p| p.name == NOT_LOCKED_OUT));
+    let checker = holds("killed holder", model);
+    assert!(
+        checker.discovery(RECOVERS).is_some(),
+        "an update after the kill gets through"
+    );
 }
 
 /// When the user may not read the system tables, the kind is unknown: the guest then sends

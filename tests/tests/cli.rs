@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use integration_tests::{SCHEMA, TestTable, json, state_backend_binary};
 
@@ -553,6 +554,65 @@ fn serve_answers_json_lines_with_one_instance() {
     drop(input);
     assert!(server.wait().unwrap().success());
     assert_eq!(cli.ok(&["lock-info", "s"])["locked"], false);
+}
+
+/// SIGTERM or SIGINT to `serve` (its input still open, so the end of input is not what stops
+/// it) gives back the lock an `update` kept, then exits cleanly.
+#[cfg(unix)]
+#[test]
+fn a_signal_to_serve_gives_back_the_kept_lock_before_it_exits() {
+    use std::io::{BufRead, BufReader};
+    for signal in ["TERM", "INT"] {
+        let cli = Cli::new(&format!("cli_signal_{}", signal.to_lowercase()));
+        let mut server = cli
+            .command()
+            .args(["serve", "--stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = server.stdin.take().unwrap();
+        let mut output = BufReader::new(server.stdout.take().unwrap());
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        assert!(json(&line)["ready"].is_object(), "{line}");
+        let update = serde_json::json!({"id": 1, "method": "update",
+            "params": {"state_id": "s", "partial": r#"{"singer_state":{"a":1}}"#}});
+        writeln!(input, "{update}").unwrap();
+        input.flush().unwrap();
+        line.clear();
+        output.read_line(&mut line).unwrap();
+        assert!(json(&line)["error"].is_null(), "{line}");
+        assert_eq!(
+            cli.ok(&["lock-info", "s"])["locked"],
+            true,
+            "serve keeps the lock after an update"
+        );
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &server.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = server.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "SIG{signal}: serve did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "SIG{signal}: {status:?}");
+        assert_eq!(
+            cli.ok(&["lock-info", "s"])["locked"],
+            false,
+            "SIG{signal}: the kept lock was given back"
+        );
+        drop(input);
+    }
 }
 
 #[test]

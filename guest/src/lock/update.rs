@@ -37,6 +37,7 @@ use crate::config::Config;
 use crate::error::{Error, LockInfo, Result};
 use crate::exec::Level;
 use crate::merge::{merged, parse_object};
+use crate::retry;
 use crate::rows::Claim;
 use crate::sql::Guard;
 
@@ -52,21 +53,44 @@ pub trait Env {
 /// The lock's timings, from the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limits {
+    /// The lease of the update's grant (see [`update_lease`]).
     pub lease_ms: u64,
     pub timeout_ms: u64,
     pub retry_ms: u64,
     pub linger_ms: u64,
+    /// The longest pause of the driver's retries of a statement ([`retry::MAX_PAUSE_MS`]): a
+    /// transient failure received less than this before a retry bound came from that bound.
+    pub retry_pause_ms: u64,
 }
 
 impl Limits {
     pub fn of(config: &Config) -> Self {
         Limits {
-            lease_ms: config.lock_lease_ms,
+            lease_ms: update_lease(
+                config.lock_lease_ms,
+                config.lock_timeout_ms,
+                MIN_UPDATE_LEASE_MS,
+            ),
             timeout_ms: config.lock_timeout_ms,
             retry_ms: config.lock_retry_ms,
             linger_ms: config.lock_linger_ms,
+            retry_pause_ms: retry::MAX_PAUSE_MS,
         }
     }
+}
+
+/// The shortest lease of an update's grant: its margin for clock skew is a tenth of it (1 s).
+pub const MIN_UPDATE_LEASE_MS: u64 = 10_000;
+
+/// The lease of an update's grant: the lock timeout (Meltano's meaning of
+/// `lock_timeout_seconds`: how long a lock stays valid once its holder goes quiet), at least
+/// `min` ([`MIN_UPDATE_LEASE_MS`]; the model's ticks are not milliseconds) and at most the
+/// lock's lease (`lock_lease_seconds`, for explicit locks, held across calls). An update takes
+/// milliseconds and a kept grant is renewed by use once past half its lease, so the lease only
+/// has to outlast the pause between two updates. A holder that was killed holds the id this
+/// long at most, so a waiter that starts after the kill and waits the same timeout gets it.
+pub fn update_lease(lock_lease: u64, lock_timeout: u64, min: u64) -> u64 {
+    lock_timeout.max(min).min(lock_lease)
 }
 
 /// A statement the protocol sends (`lock::drive` turns each into SQL).
@@ -465,6 +489,9 @@ impl Update {
             }
             // Refused (or the server did not say): read what decides it.
             (Phase::Writing { ready, row }, Answer::Written(_)) => self.recheck(ready, Some(row)),
+            (Phase::Writing { ready, row }, Answer::Failed(e)) if self.ran_out(&ready, &e, env) => {
+                self.out_of_lease(ready, row, e, env)
+            }
             (Phase::Writing { ready, .. }, Answer::Failed(e)) => self.fail(ready, e, env),
             (Phase::Rechecking { ready, attempted }, Answer::Claims(claims)) => {
                 self.claims_read(ready, attempted, claims, env)
@@ -524,7 +551,8 @@ impl Update {
     fn slower_than_the_lease(&self) -> Error {
         Error::LockLost(format!(
             "the lease on {:?} ran out {} times before the update could write (the server is \
-             slower than lock_lease_seconds allows); the update was not written",
+             slower than an update's lease allows: lock_timeout_seconds, at least 10 s, at most \
+             lock_lease_seconds); the update was not written",
             self.state_id, self.handed_back
         ))
     }
@@ -553,6 +581,56 @@ impl Update {
             claimed_after: None,
         };
         self.write(ready, env)
+    }
+
+    /// Whether the guarded write failed because its retries reached the grant's lease (the
+    /// driver tries no more once the next try would start past it): a transient failure,
+    /// received no more than one retry pause before that bound.
+    fn ran_out(&self, ready: &Ready, error: &Error, env: &impl Env) -> bool {
+        let bound = ready
+            .handle
+            .lease_until_ms
+            .saturating_sub(fenced::lease_margin_ms(self.limits.lease_ms));
+        error.is_transient() && env.now_ms().saturating_add(self.limits.retry_pause_ms) >= bound
+    }
+
+    /// The server failed for longer than the grant's lease allowed the write to try: the write
+    /// may still land, so the grant is given back with a cap covering its version (recorded
+    /// before sending), or, a claim not yet decided, kept in doubt. Then the lock is taken anew
+    /// and the update merged again into what is stored (the same update merged twice is the
+    /// same state), as many times as a grant may run out (`MAX_HAND_BACKS`).
+    fn out_of_lease(
+        &mut self,
+        ready: Ready,
+        row: StoredRow,
+        error: Error,
+        env: &mut impl Env,
+    ) -> Step {
+        env.log(
+            Level::Info,
+            &format!(
+                "the write of {:?} (version {}) failed until its lease ran out; taking the \
+                 lock anew: {error}",
+                self.state_id, row.2
+            ),
+        );
+        if let Some(followed) = ready.claimed_after.clone() {
+            self.handed_back += 1;
+            if self.handed_back > MAX_HAND_BACKS {
+                return self.fail(ready, error, env);
+            }
+            self.memory.doubt = Some(Doubt {
+                handle: ready.handle,
+                followed,
+            });
+            return self.prepare(env);
+        }
+        let kept = Kept {
+            handle: ready.handle,
+            basis: ready.basis,
+            last_used_ms: env.now_ms(),
+        };
+        self.hand_back(kept, env)
     }
 
     fn hand_back(&mut self, kept: Kept, env: &mut impl Env) -> Step {
@@ -935,6 +1013,7 @@ mod tests {
         timeout_ms: 10_000,
         retry_ms: 100,
         linger_ms: 5_000,
+        retry_pause_ms: 2_000,
     };
 
     fn claims_of(statement: &Statement, owner: &str, generation: u64) -> Vec<Claim> {
@@ -1002,6 +1081,84 @@ mod tests {
         assert_eq!(claims, 3);
         // The last grant was given back: the next update claims without reading first.
         assert_eq!(update.memory().released.is_some(), !releases_fail);
+    }
+
+    /// An update's grant lasts the lock timeout, within [10 s, `lock_lease_seconds`]: with
+    /// Meltano's 10 s a killed holder keeps the id 10 s at most, not the explicit lock's 300 s.
+    #[test]
+    fn an_updates_lease_is_the_lock_timeout_within_bounds() {
+        for ((lease, timeout), expected) in [
+            ((300_000, 10_000), 10_000),
+            ((300_000, 30_000), 30_000),
+            ((300_000, 2_000), MIN_UPDATE_LEASE_MS),
+            ((300_000, 900_000), 300_000),
+            ((4_000, 30_000), 4_000),
+        ] {
+            assert_eq!(
+                update_lease(lease, timeout, MIN_UPDATE_LEASE_MS),
+                expected,
+                "{lease} {timeout}"
+            );
+        }
+        let config = Config::parse(
+            "clickhouse://u@h/db",
+            &[("lock_timeout_seconds".to_string(), "10".to_string())],
+        )
+        .expect("a configuration");
+        assert_eq!(config.lock_lease_ms, 300_000);
+        let mut env = clock();
+        let limits = Limits::of(&config);
+        let mut update = Update::new("s", "{}", "{}", limits, Memory::default(), env.now);
+        update.start(&mut env);
+        let claim = append_of(&update.answer(Answer::Outlook(Outlook::default()), &mut env));
+        assert_eq!(
+            (claim.event, claim.until_ms),
+            (Event::Acquire, env.now + 10_000)
+        );
+    }
+
+    /// The server is down for longer than the grant's lease lets the write try: the grant is
+    /// given back with a cap covering the version that may still land, the lock taken anew and
+    /// the update written under the new grant. A failure with time left on the lease, or one
+    /// that is not transient, fails the update as before.
+    #[test]
+    fn a_write_that_fails_until_the_lease_ends_is_written_under_a_new_grant() {
+        let mut env = clock();
+        let handle = grant(5, env.now + 8_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        let (attempted, _) = write_of(&update.start(&mut env));
+        // the driver's retries stop one pause before the lease's margin
+        env.now = handle.lease_until_ms - fenced::lease_margin_ms(LIMITS.lease_ms) - 1_500;
+        let down = Error::Unreachable("tried 9 times; the lock's lease would end".into());
+        let release = append_of(&update.answer(Answer::Failed(down.clone()), &mut env));
+        assert_eq!(release.event, Event::Release);
+        assert_eq!(release.generation, 5);
+        assert!(release.until_ms >= attempted, "the cap covers the write");
+        // released: the next grant follows it without a read
+        let claim = append_of(&update.answer(Answer::Appended, &mut env));
+        assert_eq!((claim.event, claim.generation), (Event::Acquire, 6));
+        assert!(claim.floor_ms > attempted, "the new grant writes above it");
+        let (version, guard) = write_of(&update.answer(Answer::Appended, &mut env));
+        assert_eq!(guard.generation, 6);
+        assert!(version > attempted);
+        assert_eq!(
+            update.answer(Answer::Written(Some(1)), &mut env),
+            Step::Done(Ok(()))
+        );
+        // With time left, or a permanent error: released, and the caller gets the error.
+        for (left, error) in [(5_000, down), (1_000, Error::InvalidInput("bad".into()))] {
+            let mut env = clock();
+            let handle = grant(5, env.now + 8_000);
+            let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+            write_of(&update.start(&mut env));
+            env.now = handle.lease_until_ms - left;
+            let release = append_of(&update.answer(Answer::Failed(error.clone()), &mut env));
+            assert_eq!(release.event, Event::Release);
+            assert_eq!(
+                update.answer(Answer::Appended, &mut env),
+                Step::Done(Err(error))
+            );
+        }
     }
 
     /// Without a linger the grant is released once the write is stored, its cap the version

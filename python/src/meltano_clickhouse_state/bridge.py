@@ -93,6 +93,17 @@ def host_log_level(level: int) -> str:
 _REPLY_GRACE_SECONDS = 90.0
 _EOF = object()
 
+#: The host runs in a session (on Windows, a process group) of its own. A Ctrl-C in the
+#: terminal, or a signal to Meltano's process group, then reaches Meltano alone, whose clean-up
+#: can still release its locks through the host; when Meltano exits, or is killed with its
+#: whole group, the host sees its input end, gives back the locks it keeps and exits. Sent to the
+#: host itself, SIGINT and SIGTERM do the same.
+_OWN_SESSION: dict[str, t.Any] = (
+    {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+    if os.name == "nt"
+    else {"start_new_session": True}
+)
+
 
 class BackendError(Exception):
     """An operation failed; ``kind`` is the contract's error case (``locked``, ``unreachable``,
@@ -237,6 +248,7 @@ class Bridge:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=config.environment(),
+                **_OWN_SESSION,
             )
         except OSError as e:
             raise BackendError("host", f"cannot start {executable}: {e.strerror or e}") from None

@@ -93,7 +93,9 @@ LOCK_MODE = _setting(
 LOCK_LEASE_SECONDS = _setting(
     "lock_lease_seconds",
     SettingKind.STRING,
-    "Fenced mode: a holder that stops renewing loses the lock after this long (default 300)",
+    "Fenced mode: an explicit lock (Meltano's acquire_lock) is lost this long after its holder "
+    "stops renewing it (default 300). An update's lock lasts state_backend.lock_timeout_seconds "
+    "(at least 10 s, at most this), so a killed run keeps an id that long at most",
 )
 LOCK_LINGER_SECONDS = _setting(
     "lock_linger_seconds",

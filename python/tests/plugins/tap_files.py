@@ -11,6 +11,9 @@ Meltano calls it as it calls any extractor with the capabilities `catalog`, `dis
     stream:    the stream's name (default "events")
     key_properties: the stream's primary key (default ["id"])
 
+`TAP_FILES_PAUSE_SECONDS` in the environment makes it pause that long before each file (a
+stream that takes its time, for the crash tests).
+
 It reads the files modified after the bookmark, oldest first, and skips (logging
 `Skipping <path>`) those at or before it. Each record is a row, its values as strings, plus
 `_modified` (the file's modification time, the replication key). After each file it emits a
@@ -25,7 +28,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -121,11 +126,13 @@ def sync(config: dict, catalog: dict, state: dict) -> None:
         bookmark = bookmarks.get(name, {}).get("replication_key_value")
         after = datetime.fromisoformat(bookmark) if bookmark else None
         log(f"stream {name}: bookmark {bookmark}")
+        pause = float(os.environ.get("TAP_FILES_PAUSE_SECONDS", "0"))
         for path in csv_files(directory):
             stamp = modified(path)
             if after is not None and stamp <= after:
                 log(f"Skipping {path}: modified {stamp.isoformat()}, not after the bookmark")
                 continue
+            time.sleep(pause)
             log(f"Reading {path}: modified {stamp.isoformat()}")
             with path.open(newline="") as file:
                 for row in csv.DictReader(file):
