@@ -63,7 +63,9 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
             // `next_line` is cancellation safe: a line half read stays buffered.
             line = lines.next_line() => Some(line),
             () = wait => None,
-            _ = stop.changed() => break,
+            // Only a signal stops it: if listening failed, the sender is gone and this branch
+            // (an `Err`) is disabled, not taken.
+            Ok(()) = stop.changed() => break,
         };
         let Some(next) = next else {
             due = idle(&mut backend, &*clock).await;

@@ -144,6 +144,13 @@ def test_a_killed_run_does_not_lock_out_the_next(project, clickhouse, schema, ho
         if kill == "all":
             # The kill left a live grant behind: otherwise this test would show nothing.
             assert lock_info(host_bin, project.env, schema)["locked"], "no lock left"
+        else:
+            # The host outlived Meltano's group, and gave the lock back as its input ended.
+            deadline = time.monotonic() + 30
+            while alive(host):
+                assert time.monotonic() < deadline, "the host did not exit after Meltano"
+                time.sleep(0.05)
+            assert not lock_info(host_bin, project.env, schema)["locked"], "a lock was left"
         nxt = subprocess.Popen(
             [str(MELTANO), *RUN, "--force"],
             cwd=project.path,

@@ -552,7 +552,8 @@ impl Update {
         Error::LockLost(format!(
             "the lease on {:?} ran out {} times before the update could write (the server is \
              slower than an update's lease allows: lock_timeout_seconds, at least 10 s, at most \
-             lock_lease_seconds); the update was not written",
+             lock_lease_seconds); the update was not acknowledged (a write given up on may still \
+             land)",
             self.state_id, self.handed_back
         ))
     }
@@ -596,9 +597,10 @@ impl Update {
 
     /// The server failed for longer than the grant's lease allowed the write to try: the write
     /// may still land, so the grant is given back with a cap covering its version (recorded
-    /// before sending), or, a claim not yet decided, kept in doubt. Then the lock is taken anew
-    /// and the update merged again into what is stored (the same update merged twice is the
-    /// same state), as many times as a grant may run out (`MAX_HAND_BACKS`).
+    /// before sending) and the lock taken anew, or, a claim not yet decided, kept in doubt (the
+    /// next try settles it, and writes under it if it won). The update is then merged again
+    /// into what is stored (the same update merged twice is the same state), as many times as
+    /// a grant may run out (`MAX_HAND_BACKS`).
     fn out_of_lease(
         &mut self,
         ready: Ready,
@@ -616,7 +618,7 @@ impl Update {
         );
         if let Some(followed) = ready.claimed_after.clone() {
             self.handed_back += 1;
-            if self.handed_back > MAX_HAND_BACKS {
+            if self.handed_back >= MAX_HAND_BACKS {
                 return self.fail(ready, error, env);
             }
             self.memory.doubt = Some(Doubt {
