@@ -12,7 +12,7 @@ use std::time::Duration;
 use integration_tests::state_host::http::hook::Interceptor;
 
 use integration_tests::state_host::http::faults::{Fault, FaultPlan, FaultSchedule};
-use integration_tests::state_host::{Error, InstanceOptions, State};
+use integration_tests::state_host::{Backend, Error, InstanceOptions, State};
 use integration_tests::{TestTable, insert_target, json, runtime};
 use serde_json::{Map, Value};
 
@@ -313,6 +313,23 @@ impl LoseFirstAnswer {
         })
     }
 
+    /// An instance of `table` whose requests go through this plan (two quick retries).
+    async fn instance(self: &Arc<Self>, table: &TestTable) -> Backend {
+        let interceptor: Arc<dyn Interceptor> = self.clone();
+        runtime()
+            .open_with(
+                &table.target.uri(),
+                table.with(&[("retries", "2"), ("retry_backoff_seconds", "0.05")]),
+                InstanceOptions {
+                    interceptor: Some(interceptor),
+                    faults: Some(self.clone()),
+                    ..InstanceOptions::default()
+                },
+            )
+            .await
+            .unwrap()
+    }
+
     /// Waits until the resend is being held.
     async fn resend_held(&self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -362,19 +379,7 @@ async fn a_delete_retried_after_its_answer_was_lost_spares_a_newer_state() {
         .await
         .unwrap();
     let lose = LoseFirstAnswer::of(is_delete, Duration::from_millis(1500));
-    let interceptor: Arc<dyn Interceptor> = lose.clone();
-    let mut deleter = runtime()
-        .open_with(
-            &table.target.uri(),
-            table.with(&[("retries", "2"), ("retry_backoff_seconds", "0.05")]),
-            InstanceOptions {
-                interceptor: Some(interceptor),
-                faults: Some(lose.clone()),
-                ..InstanceOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut deleter = lose.instance(&table).await;
     let deleting = tokio::spawn(async move { deleter.delete("s").await });
     // The delete ran and its answer was lost; its retry waits. Another client writes now.
     lose.resend_held().await;
@@ -412,19 +417,7 @@ async fn a_set_resent_after_a_merge_does_not_bury_the_update_built_on_it() {
         .await
         .unwrap();
     let lose = LoseFirstAnswer::of(is_state_write, Duration::from_secs(5));
-    let interceptor: Arc<dyn Interceptor> = lose.clone();
-    let mut setter = runtime()
-        .open_with(
-            &table.target.uri(),
-            table.with(&[("retries", "2"), ("retry_backoff_seconds", "0.05")]),
-            InstanceOptions {
-                interceptor: Some(interceptor),
-                faults: Some(lose.clone()),
-                ..InstanceOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut setter = lose.instance(&table).await;
     let setting =
         tokio::spawn(async move { setter.set(&State::completed("s", r#"{"v":"set"}"#)).await });
     lose.resend_held().await;
@@ -471,19 +464,7 @@ async fn a_set_resent_after_a_delete_does_not_bring_the_state_back() {
         .await
         .expect("the tables made");
     let lose = LoseFirstAnswer::of(is_state_write, Duration::from_secs(5));
-    let interceptor: Arc<dyn Interceptor> = lose.clone();
-    let mut setter = runtime()
-        .open_with(
-            &table.target.uri(),
-            table.with(&[("retries", "2"), ("retry_backoff_seconds", "0.05")]),
-            InstanceOptions {
-                interceptor: Some(interceptor),
-                faults: Some(lose.clone()),
-                ..InstanceOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut setter = lose.instance(&table).await;
     let setting =
         tokio::spawn(async move { setter.set(&State::completed("s", r#"{"v":"set"}"#)).await });
     lose.resend_held().await;
