@@ -42,7 +42,10 @@ fn locked_message(info: &LockInfo) -> String {
         )
     };
     format!(
-        "state '{}' is locked by {} (since {}, lease until {})",
+        "state '{}' is locked by {} (since {}, lease until {}); waited lock_timeout_seconds. \
+         The holder's lease is renewed while it works: lock_timeout_seconds for an update's \
+         grant (a kept one goes back after lock_linger_seconds idle), lock_lease_seconds for \
+         an explicit lock",
         info.state_id,
         info.owner,
         at(info.acquired_at_ms),

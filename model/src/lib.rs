@@ -75,6 +75,9 @@ pub const SET_LANDED: &str = "a set reported done has landed";
 pub const NOT_LOCKED_OUT: &str = "a killed holder never locks out an update started after it";
 /// Some update started after a kill is acknowledged.
 pub const RECOVERS: &str = "an update after a kill is acknowledged";
+/// Some client that met the other on the id gives its grant back after an update instead of
+/// keeping it (`Memory::shared`): the rule that spares a second writer the linger is explored.
+pub const GIVES_BACK: &str = "a client that met another gives its grant back after an update";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
 
@@ -1550,6 +1553,13 @@ impl Model for LockModel {
                 !w.locked_out
             }));
             properties.push(Property::<Self>::sometimes(RECOVERS, |_, w| w.recovered));
+        }
+        if self.updates > 1 && self.clients > 1 {
+            properties.push(Property::<Self>::sometimes(GIVES_BACK, |_, w| {
+                w.clients.iter().any(|c| {
+                    c.memory.shared && c.memory.kept.is_none() && c.memory.last_written.is_some()
+                })
+            }));
         }
         if self.clients == 1 {
             properties.push(Property::<Self>::always(UNCONTENDED, |_, w| {

@@ -5,14 +5,18 @@
 //!
 //!   cargo bench -p integration-tests --bench alternation      (or `just bench-alternation`)
 //!
-//! At serve's default linger (5 s) each process keeps the id's lock after its update, so the
-//! other waits until it is idle that long; with `lock_linger_seconds=0` each update takes and
-//! gives back the lock. `BENCH_TURNS` sets the updates per process (default 6).
+//! At serve's default linger (5 s) a process keeps the id's lock after its update, so the other's
+//! first update waits until it is idle that long; from then on both know the id is shared and
+//! keep nothing (`Memory::shared`), so the hand-offs after the first take and give back the
+//! lock. Last, a second writer's update while a stream (an update every 200 ms, as Meltano
+//! sends) holds the id. `BENCH_TURNS` sets the updates per process (default 10).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use integration_tests::TestTable;
 
@@ -75,6 +79,13 @@ impl Server {
 
     /// One update of `id`; its time in ms.
     fn update(&mut self, id: &str, n: usize) -> f64 {
+        let (ms, answer) = self.try_update(id, n);
+        assert!(answer.contains(r#""result":null"#), "{answer}");
+        ms
+    }
+
+    /// One update of `id`: its time in ms and the answer.
+    fn try_update(&mut self, id: &str, n: usize) -> (f64, String) {
         self.next += 1;
         let partial = format!(r#"{{"singer_state":{{"bookmarks":{{"s":{n}}}}}}}"#);
         let request = serde_json::json!({"id": self.next, "method": "update",
@@ -84,9 +95,7 @@ impl Server {
         self.input.flush().expect("flushes");
         let mut answer = String::new();
         self.output.read_line(&mut answer).expect("reads");
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
-        assert!(answer.contains(r#""result":null"#), "{answer}");
-        ms
+        (started.elapsed().as_secs_f64() * 1000.0, answer)
     }
 
     fn stop(mut self) {
@@ -95,22 +104,58 @@ impl Server {
     }
 }
 
-/// Updates per process: each of `servers` updates `id` in turn, `turns` times.
-fn take_turns(servers: &mut [Server], id: &str, turns: usize) -> Samples {
-    let mut samples = Samples::default();
+/// Updates per process: each of `servers` updates `id` in turn, `turns` times; the times in
+/// order.
+fn take_turns(servers: &mut [Server], id: &str, turns: usize) -> Vec<f64> {
+    let mut times = Vec::new();
     for turn in 0..turns {
         for server in servers.iter_mut() {
-            samples.push(server.update(id, turn));
+            times.push(server.update(id, turn));
         }
     }
+    times
+}
+
+fn samples(times: &[f64]) -> Samples {
+    let mut samples = Samples::default();
+    for ms in times {
+        samples.push(*ms);
+    }
     samples
+}
+
+/// A stream holds `id` (an update every 200 ms) while a second process updates it once, with
+/// Meltano's default lock timeout (10 s): what the second meets (its answer and its time).
+fn second_writer_during_a_stream(table: &TestTable) -> (f64, String) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut stream = Server::start(table, &[]);
+    stream.update("streamed", 0);
+    let streaming = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut n = 1;
+            while !stop.load(Ordering::Relaxed) {
+                stream.update("streamed", n);
+                n += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            stream.stop();
+        })
+    };
+    // Meltano's own default timeout (serve's is 30 s).
+    let mut second = Server::start(table, &[("lock_timeout_seconds", "10")]);
+    let (ms, answer) = second.try_update("streamed", 0);
+    stop.store(true, Ordering::Relaxed);
+    streaming.join().expect("the stream ran");
+    second.stop();
+    (ms, answer)
 }
 
 fn main() {
     let turns: usize = std::env::var("BENCH_TURNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(6);
+        .unwrap_or(10);
     let table = TestTable::new("alternation");
     let started = Instant::now();
     let mut rows = Vec::new();
@@ -124,37 +169,59 @@ fn main() {
         let mut alone = [Server::start(&table, &settings)];
         // the first update claims; the steady state is what a stream pays
         alone[0].update("alone", 0);
-        let one = take_turns(&mut alone, "alone", turns * 2);
+        let one = samples(&take_turns(&mut alone, "alone", turns * 2));
         let [server] = alone;
         server.stop();
         let mut pair = [
             Server::start(&table, &settings),
             Server::start(&table, &settings),
         ];
-        let two = take_turns(&mut pair, "shared", turns);
+        let id = format!("shared-{}", rows.len());
+        // The first process's first update claims a fresh id, as `alone`'s first did.
+        pair[0].update(&id, 0);
+        let times = take_turns(&mut pair, &id, turns);
         for server in pair {
             server.stop();
         }
+        // The second process's first update is the first hand-off.
+        let first = times[1];
+        let after = samples(&times[2..]);
         println!(
-            "{label}: alone p50 {:.1} ms, two in turn p50 {:.1} ms: {:.1}x",
+            "{label}: alone p50 {:.1} ms; two in turn: first hand-off {first:.1} ms, then p50 \
+             {:.1} ms: {:.1}x",
             one.p50(),
-            two.p50(),
-            two.p50() / one.p50()
+            after.p50(),
+            after.p50() / one.p50()
         );
         rows.push(format!(
-            "| {label} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1}x |",
+            "| {label} | {:.1} ms | {first:.1} ms | {:.1} ms | {:.1} ms | {:.1}x |",
             one.p50(),
-            two.p50(),
-            two.quantile(1.0),
-            two.p50() / one.p50()
+            after.p50(),
+            after.quantile(1.0),
+            after.p50() / one.p50()
         ));
     }
+    let (waited, answer) = second_writer_during_a_stream(&table);
+    let met = if answer.contains(r#""result":null"#) {
+        format!("its update went through after {waited:.0} ms")
+    } else {
+        let kind = serde_json::from_str::<serde_json::Value>(&answer)
+            .ok()
+            .and_then(|a| a["error"]["kind"].as_str().map(str::to_string))
+            .unwrap_or_else(|| answer.trim().to_string());
+        format!("its update failed with `{kind}` after {waited:.0} ms")
+    };
+    println!("a second writer while a stream holds the id: {met}");
     let report = format!(
         "# Two writers of one id\n\n`cargo bench -p integration-tests --bench alternation` on {}, \
          host `{}`, {:.0} s. Two `state-backend serve --stdio` processes update one id in turn, \
          {turns} updates each; one process alone updates its own id {} times (after a first \
-         update). Medians of each update's time.\n\n\
-         | settings | one process | two in turn | two, slowest | two / one |\n|---|---:|---:|---:|---:|\n{}\n",
+         update). The first hand-off is the second process's first update; the medians and \
+         the slowest are of the updates after it.\n\n\
+         | settings | one process | two: first hand-off | two in turn, after it | slowest | two / one |\n\
+         |---|---:|---:|---:|---:|---:|\n{}\n\n\
+         A second writer while a stream (an update every 200 ms) holds the id, at the \
+         defaults with Meltano's `lock_timeout_seconds` of 10: {met}.\n",
         integration_tests::machine_summary(),
         host_binary()
             .strip_prefix(root())

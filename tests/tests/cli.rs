@@ -393,11 +393,16 @@ fn two_processes_contend_for_one_lock() {
         .output()
         .unwrap();
     assert_eq!(waiter.status.code(), Some(5), "{}", stderr(&waiter));
-    assert!(
-        stderr(&waiter).contains("is locked by"),
-        "{}",
-        stderr(&waiter)
-    );
+    // It names the holder's lease end and the settings that govern the wait and the lease.
+    let said = stderr(&waiter);
+    for part in [
+        "is locked by",
+        "lease until",
+        "lock_timeout_seconds",
+        "lock_lease_seconds",
+    ] {
+        assert!(said.contains(part), "{part}: {said}");
+    }
     let info = cli.ok(&["lock-info", "shared"]);
     assert_eq!(info["locked"], true, "{info}");
     assert!(info["token"].as_u64().unwrap() >= 1);

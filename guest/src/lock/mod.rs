@@ -64,7 +64,7 @@ pub struct Memory {
     /// The grant `update` kept for the next update (linger).
     pub kept: Option<Kept>,
     /// The generation this instance released last: the next claim follows it without reading
-    /// first.
+    /// first (unless the id is `shared`).
     pub released: Option<fenced::Newest>,
     /// A claim whose fate is unknown (its read-back or a write under it failed): the claim may
     /// have won, so the next try looks in the log whether it did (see `fenced`).
@@ -72,6 +72,12 @@ pub struct Memory {
     /// The state this instance last wrote under a grant it then released: the basis of the
     /// next claim's first write (the guard refuses it if it is stale).
     pub last_written: Option<StoredRow>,
+    /// Another instance held the id, or won a claim on it, since this one last found its own
+    /// release the newest generation: `update` keeps no grant (linger) and reads the log before
+    /// it claims. A kept grant would make the other wait for the whole linger, since nothing
+    /// tells an idle keeper that someone waits; a claim without reading would follow a
+    /// generation that is no longer the newest.
+    pub shared: bool,
 }
 
 impl Memory {

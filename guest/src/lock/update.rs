@@ -363,6 +363,8 @@ pub struct Update {
     refusals: u8,
     /// Grants given back because their lease ran out before the update could write.
     handed_back: u8,
+    /// The current claim follows this instance's own last release without reading the log.
+    guessed: bool,
     memory: Memory,
     phase: Phase,
 }
@@ -396,6 +398,7 @@ impl Update {
             wait: Wait::default(),
             refusals: 0,
             handed_back: 0,
+            guessed: false,
             memory,
             phase: Phase::Start,
         }
@@ -474,6 +477,14 @@ impl Update {
                         claimed_after: Some(doubt.followed),
                     };
                     return self.write(ready, env);
+                }
+                // Nobody took the id since this instance gave it back: it is no longer shared.
+                self.memory.last_written = None;
+                if let Some(mine) = self.memory.released.take()
+                    && (mine.generation, &mine.owner)
+                        == (outlook.newest.generation, &outlook.newest.owner)
+                {
+                    self.memory.shared = false;
                 }
                 self.claim_or_wait(outlook, env)
             }
@@ -711,18 +722,23 @@ impl Update {
         }
         // This instance released the newest generation itself (Meltano's pattern: one process
         // after another on one id): claim the next one without reading, with the state it
-        // wrote last as the basis. If anyone else got in between, the guard refuses.
-        if let Some(last) = self.memory.released.take() {
+        // wrote last as the basis. If anyone else got in between, the guard refuses. A shared
+        // id is read first (what it released is kept, to see whether anyone came between).
+        if !self.memory.shared
+            && let Some(last) = self.memory.released.take()
+        {
             let outlook = Outlook {
                 stored: self.memory.last_written.take(),
                 newest: last,
             };
+            self.guessed = true;
             return self.claim_or_wait(outlook, env);
         }
         self.read_outlook(None)
     }
 
     fn read_outlook(&mut self, doubt: Option<Doubt>) -> Step {
+        self.guessed = false;
         self.phase = Phase::ReadingOutlook { doubt };
         Step::send(Statement::ReadOutlook {
             state_id: self.state_id.clone(),
@@ -913,10 +929,11 @@ impl Update {
         self.succeed(ready, row, env)
     }
 
-    /// After a successful update: keep the grant for the linger, or release it.
+    /// After a successful update: keep the grant for the linger (unless the id is shared), or
+    /// release it.
     fn succeed(&mut self, ready: Ready, row: StoredRow, env: &mut impl Env) -> Step {
         let now = env.now_ms();
-        if self.limits.linger_ms > 0 {
+        if self.limits.linger_ms > 0 && !self.memory.shared {
             self.memory.kept = Some(Kept {
                 handle: ready.handle,
                 basis: Some(row),
@@ -951,7 +968,9 @@ impl Update {
         Step::send(Statement::Append(release))
     }
 
-    /// The grant is not this update's: wait as for any holder, then take the lock anew.
+    /// The grant is not this update's: wait as for any holder, then take the lock anew. A claim
+    /// that followed this instance's own release without reading only shows that someone came
+    /// between: the log says at once whether they still hold the id.
     fn lost(&mut self, holder: LockInfo, env: &mut impl Env) -> Step {
         env.log(
             Level::Info,
@@ -960,12 +979,17 @@ impl Update {
                 self.state_id, holder.owner, holder.token
             ),
         );
+        self.memory.shared = true;
+        if self.guessed {
+            return self.read_outlook(None);
+        }
         self.wait(holder, env)
     }
 
     /// One pause of the wait loop while `holder` has the lock (see `wait`): `locked` once the
     /// deadline has passed.
     fn wait(&mut self, holder: LockInfo, env: &mut impl Env) -> Step {
+        self.memory.shared = true;
         let now = env.now_ms();
         if now >= self.deadline_ms {
             return self.finish(Err(Error::Locked(holder)));
@@ -1163,6 +1187,66 @@ mod tests {
         }
     }
 
+    /// A claim's first write fails until the claim's lease is nearly over: nobody knows whether
+    /// the claim won, so it is kept in doubt (not released: it may not be this update's to
+    /// release) and the log read to settle it; found taken by another meanwhile, the update
+    /// waits for that holder.
+    #[test]
+    fn a_claims_write_that_fails_until_its_lease_ends_leaves_the_claim_in_doubt() {
+        let mut env = clock();
+        let mut update = update_with(Memory::default(), &env);
+        update.start(&mut env);
+        let free = Outlook {
+            newest: Newest {
+                released: 1,
+                ..rival(3, env.now - 1_000)
+            },
+            stored: Some(row(95_000)),
+        };
+        let claim = append_of(&update.answer(Answer::Outlook(free), &mut env));
+        write_of(&update.answer(Answer::Appended, &mut env));
+        env.now = claim.until_ms - fenced::lease_margin_ms(LIMITS.lease_ms) - 1_500;
+        let down = Error::Unreachable("tried 9 times; the lock's lease would end".into());
+        let step = update.answer(Answer::Failed(down), &mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+        let Phase::ReadingOutlook { doubt: Some(doubt) } = &update.phase else {
+            panic!("the claim is not in doubt: {:?}", update.phase);
+        };
+        assert_eq!((doubt.handle.token, doubt.followed.generation), (4, 3));
+        let taken = Outlook {
+            newest: rival(5, env.now + 9_000),
+            stored: None,
+        };
+        assert!(matches!(
+            update.answer(Answer::Outlook(taken), &mut env),
+            Step::Pause(_)
+        ));
+    }
+
+    /// A kept grant's write fails until its lease ends, and so does the release that gives it
+    /// back: the grant ends with its lease, and the update reads the log for a new claim (it
+    /// follows no release of its own).
+    #[test]
+    fn a_failed_release_while_handing_back_leads_to_a_read_not_a_guess() {
+        let mut env = clock();
+        let handle = grant(5, env.now + 8_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        write_of(&update.start(&mut env));
+        env.now = handle.lease_until_ms - fenced::lease_margin_ms(LIMITS.lease_ms) - 1_500;
+        let down = Error::Unreachable("tried 9 times; the lock's lease would end".into());
+        let release = append_of(&update.answer(Answer::Failed(down.clone()), &mut env));
+        assert_eq!((release.event, release.generation), (Event::Release, 5));
+        let step = update.answer(Answer::Failed(down), &mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+        assert!(update.memory().released.is_none());
+    }
+
     /// Without a linger the grant is released once the write is stored, its cap the version
     /// written; the next update of this instance follows it without reading first.
     #[test]
@@ -1185,6 +1269,129 @@ mod tests {
         let memory = update.into_memory();
         assert!(memory.kept.is_none());
         assert_eq!(memory.released.map(|n| n.release_cap_ms), Some(version));
+    }
+
+    /// What this instance released last: generation 3, owned by "me".
+    fn own_release() -> Newest {
+        fenced::released(&grant(3, 95_000))
+    }
+
+    /// Two writers alternating on one id: the second finds the first's grant (kept, or just
+    /// taken) and waits; from then on the id is shared, and neither keeps a grant after an
+    /// update, so neither waits for the other's linger.
+    #[test]
+    fn an_update_that_waited_keeps_no_grant_afterwards() {
+        let mut env = clock();
+        let mut update = update_with(Memory::default(), &env);
+        update.start(&mut env);
+        let outlook = Outlook {
+            newest: rival(3, env.now + 5_000),
+            stored: None,
+        };
+        assert!(matches!(
+            update.answer(Answer::Outlook(outlook), &mut env),
+            Step::Pause(_)
+        ));
+        assert!(update.memory().shared);
+        env.now += 6_000;
+        update.answer(Answer::Resumed, &mut env);
+        let freed = Outlook {
+            newest: Newest {
+                released: 1,
+                ..rival(3, env.now - 1_000)
+            },
+            stored: Some(row(95_000)),
+        };
+        update.answer(Answer::Outlook(freed), &mut env);
+        update.answer(Answer::Appended, &mut env);
+        let release = append_of(&update.answer(Answer::Written(Some(1)), &mut env));
+        assert_eq!((release.event, release.generation), (Event::Release, 4));
+        update.answer(Answer::Appended, &mut env);
+        let memory = update.into_memory();
+        assert!(memory.kept.is_none() && memory.shared);
+    }
+
+    /// A shared id is read before it is claimed, though this instance released the last
+    /// generation it knows of; found to be the newest still, the id is no longer shared and the
+    /// grant is kept again.
+    #[test]
+    fn a_shared_id_is_read_first_and_found_alone_again_when_its_own_release_is_the_newest() {
+        let mut env = clock();
+        let memory = Memory {
+            released: Some(own_release()),
+            last_written: Some(row(95_000)),
+            shared: true,
+            ..Memory::default()
+        };
+        let mut update = update_with(memory.clone(), &env);
+        let step = update.start(&mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+        let alone = Outlook {
+            newest: own_release(),
+            stored: Some(row(95_000)),
+        };
+        update.answer(Answer::Outlook(alone), &mut env);
+        update.answer(Answer::Appended, &mut env);
+        assert_eq!(
+            update.answer(Answer::Written(Some(1)), &mut env),
+            Step::Done(Ok(()))
+        );
+        let after = update.into_memory();
+        assert!(after.kept.is_some() && !after.shared);
+
+        // Someone else's generation is the newest: still shared, and given back after the write.
+        let mut update = update_with(memory, &env);
+        update.start(&mut env);
+        let other = Outlook {
+            newest: Newest {
+                released: 1,
+                ..rival(4, env.now - 1_000)
+            },
+            stored: Some(row(96_000)),
+        };
+        update.answer(Answer::Outlook(other), &mut env);
+        update.answer(Answer::Appended, &mut env);
+        let release = append_of(&update.answer(Answer::Written(Some(1)), &mut env));
+        assert_eq!(release.event, Event::Release);
+        update.answer(Answer::Appended, &mut env);
+        assert!(update.memory().shared && update.memory().kept.is_none());
+    }
+
+    /// A claim that followed this instance's own release without reading, lost to a claim that
+    /// came between: the log is read at once (no pause: that claimant may be done already), and
+    /// the id is shared from then on.
+    #[test]
+    fn a_lost_claim_that_followed_its_own_release_reads_the_log_at_once() {
+        let mut env = clock();
+        let memory = Memory {
+            released: Some(own_release()),
+            last_written: Some(row(95_000)),
+            ..Memory::default()
+        };
+        let mut update = update_with(memory, &env);
+        let claim = append_of(&update.start(&mut env));
+        assert_eq!((claim.event, claim.generation), (Event::Acquire, 4));
+        update.answer(Answer::Appended, &mut env);
+        let step = update.answer(Answer::Written(Some(0)), &mut env);
+        let claims = claims_of(sent(&step), "rival", 4);
+        let step = update.answer(Answer::Claims(claims), &mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "{step:?}"
+        );
+        assert!(update.memory().shared);
+        // Found held: a claim read from the log that loses is waited for, as any holder is.
+        let held_by_rival = Outlook {
+            newest: rival(4, env.now + 5_000),
+            stored: None,
+        };
+        assert!(matches!(
+            update.answer(Answer::Outlook(held_by_rival), &mut env),
+            Step::Pause(_)
+        ));
     }
 
     fn grant(token: u64, lease_until_ms: u64) -> LockHandle {
