@@ -147,8 +147,8 @@ pub const SETTINGS: &[Setting] = &[
         Some("0"),
         "0 (5 when served, as for Meltano)",
         "fenced mode: an `update` keeps its lock for the next `update` of the id (one round \
-         trip), and gives it back once idle this long; not while another process writes the id \
-         too",
+         trip), and gives it back once idle this long; not for a lease after it met another \
+         writer of the id",
         "2",
     ),
     setting(

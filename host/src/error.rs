@@ -43,9 +43,10 @@ fn locked_message(info: &LockInfo) -> String {
     };
     format!(
         "state '{}' is locked by {} (since {}, lease until {}); waited lock_timeout_seconds. \
-         The holder's lease is renewed while it works: lock_timeout_seconds for an update's \
-         grant (a kept one goes back after lock_linger_seconds idle), lock_lease_seconds for \
-         an explicit lock",
+         The holder keeps it until it gives it back or its lease ends: in fenced mode an \
+         update's lease is lock_timeout_seconds (at least 10 s; renewed by the next update, \
+         and given back after lock_linger_seconds idle), an explicit lock's \
+         lock_lease_seconds (renewed by its holder)",
         info.state_id,
         info.owner,
         at(info.acquired_at_ms),

@@ -271,7 +271,7 @@ fn fenced_with_a_kept_grant_and_an_unlocked_set() {
 /// (`NOT_LOCKED_OUT`), and the dead client's acknowledged update is kept. The update's lease
 /// comes from the guest's rule (`update::update_lease`) over an explicit lock's lease of 30
 /// ticks and a timeout of 3: with the explicit lock's lease instead, the waiter is locked out
-/// (13 steps; docs/lock.md).
+/// (`a_killed_holder_with_the_explicit_locks_lease_locks_the_next_update_out`).
 #[test]
 fn fenced_with_a_holder_killed() {
     let model = LockModel {
@@ -287,6 +287,25 @@ fn fenced_with_a_holder_killed() {
     assert!(
         checker.discovery(RECOVERS).is_some(),
         "an update after the kill gets through"
+    );
+}
+
+/// The same kill, with the update's grant under the explicit lock's lease (30 ticks) as before
+/// the rule: the next update waits out its timeout and fails with `locked`.
+#[test]
+fn a_killed_holder_with_the_explicit_locks_lease_locks_the_next_update_out() {
+    caught(
+        "killed holder, the explicit lock's lease",
+        LockModel {
+            crashes: 1,
+            updates: 2,
+            lease: 30,
+            lock_lease: None,
+            timeout: 3,
+            horizon: 4,
+            ..base()
+        },
+        &[NOT_LOCKED_OUT],
     );
 }
 

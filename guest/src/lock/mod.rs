@@ -64,7 +64,7 @@ pub struct Memory {
     /// The grant `update` kept for the next update (linger).
     pub kept: Option<Kept>,
     /// The generation this instance released last: the next claim follows it without reading
-    /// first (unless the id is `shared`).
+    /// first (an `update`'s, unless the id is shared).
     pub released: Option<fenced::Newest>,
     /// A claim whose fate is unknown (its read-back or a write under it failed): the claim may
     /// have won, so the next try looks in the log whether it did (see `fenced`).
@@ -72,15 +72,21 @@ pub struct Memory {
     /// The state this instance last wrote under a grant it then released: the basis of the
     /// next claim's first write (the guard refuses it if it is stale).
     pub last_written: Option<StoredRow>,
-    /// Another instance held the id, or won a claim on it, since this one last found its own
-    /// release the newest generation: `update` keeps no grant (linger) and reads the log before
-    /// it claims. A kept grant would make the other wait for the whole linger, since nothing
-    /// tells an idle keeper that someone waits; a claim without reading would follow a
-    /// generation that is no longer the newest.
-    pub shared: bool,
+    /// Until then the id is shared with another instance (see [`Memory::shared`]).
+    pub shared_until_ms: u64,
 }
 
 impl Memory {
+    /// Whether another instance wrote the id lately: an `update` of this one waited for it or
+    /// lost a claim to it less than a lease ago, or has found its generations the newest since.
+    /// `update` then keeps no grant (linger) and reads the log before it claims: a kept grant
+    /// would make the other wait for the whole linger, since nothing tells an idle keeper that
+    /// someone waits (a waiter's pause leaves nothing in the log), and a claim without reading
+    /// would follow a generation that is no longer the newest.
+    pub fn shared(&self, now_ms: u64) -> bool {
+        now_ms < self.shared_until_ms
+    }
+
     fn is_empty(&self) -> bool {
         self == &Memory::default()
     }

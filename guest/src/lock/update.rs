@@ -476,16 +476,11 @@ impl Update {
                         basis: outlook.stored,
                         claimed_after: Some(doubt.followed),
                     };
+                    self.memory.released = None;
+                    self.memory.last_written = None;
                     return self.write(ready, env);
                 }
-                // Nobody took the id since this instance gave it back: it is no longer shared.
-                self.memory.last_written = None;
-                if let Some(mine) = self.memory.released.take()
-                    && (mine.generation, &mine.owner)
-                        == (outlook.newest.generation, &outlook.newest.owner)
-                {
-                    self.memory.shared = false;
-                }
+                self.read_shared(&outlook.newest, now);
                 self.claim_or_wait(outlook, env)
             }
             (Phase::ReadingOutlook { doubt }, Answer::Failed(e)) => {
@@ -542,6 +537,7 @@ impl Update {
             (Phase::Releasing { .. }, Answer::Failed(e)) => self.finish(Err(e)),
             (Phase::Abandoning { handle, error }, Answer::Appended) => {
                 self.memory.released = Some(fenced::released(&handle));
+                self.memory.last_written = None;
                 self.finish(Err(error))
             }
             (Phase::Abandoning { handle, error }, Answer::Failed(e)) => {
@@ -724,7 +720,7 @@ impl Update {
         // after another on one id): claim the next one without reading, with the state it
         // wrote last as the basis. If anyone else got in between, the guard refuses. A shared
         // id is read first (what it released is kept, to see whether anyone came between).
-        if !self.memory.shared
+        if !self.memory.shared(env.now_ms())
             && let Some(last) = self.memory.released.take()
         {
             let outlook = Outlook {
@@ -735,6 +731,25 @@ impl Update {
             return self.claim_or_wait(outlook, env);
         }
         self.read_outlook(None)
+    }
+
+    /// What the log read before a claim says of sharing: while the id is shared, a newest
+    /// generation that is not this instance's own last release means the other is still at
+    /// it, and the id stays shared for another lease. The basis it remembered is replaced by
+    /// what was read.
+    fn read_shared(&mut self, newest: &Newest, now: u64) {
+        self.memory.last_written = None;
+        let own = self.memory.released.take().is_some_and(|mine| {
+            (mine.generation, &mine.owner) == (newest.generation, &newest.owner)
+        });
+        if self.memory.shared(now) && !own {
+            self.share(now);
+        }
+    }
+
+    /// Another instance writes the id too: it stays shared for a lease.
+    fn share(&mut self, now: u64) {
+        self.memory.shared_until_ms = now.saturating_add(self.limits.lease_ms);
     }
 
     fn read_outlook(&mut self, doubt: Option<Doubt>) -> Step {
@@ -933,7 +948,7 @@ impl Update {
     /// release it.
     fn succeed(&mut self, ready: Ready, row: StoredRow, env: &mut impl Env) -> Step {
         let now = env.now_ms();
-        if self.limits.linger_ms > 0 && !self.memory.shared {
+        if self.limits.linger_ms > 0 && !self.memory.shared(now) {
             self.memory.kept = Some(Kept {
                 handle: ready.handle,
                 basis: Some(row),
@@ -979,7 +994,7 @@ impl Update {
                 self.state_id, holder.owner, holder.token
             ),
         );
-        self.memory.shared = true;
+        self.share(env.now_ms());
         if self.guessed {
             return self.read_outlook(None);
         }
@@ -989,8 +1004,8 @@ impl Update {
     /// One pause of the wait loop while `holder` has the lock (see `wait`): `locked` once the
     /// deadline has passed.
     fn wait(&mut self, holder: LockInfo, env: &mut impl Env) -> Step {
-        self.memory.shared = true;
         let now = env.now_ms();
+        self.share(now);
         if now >= self.deadline_ms {
             return self.finish(Err(Error::Locked(holder)));
         }
@@ -1292,7 +1307,7 @@ mod tests {
             update.answer(Answer::Outlook(outlook), &mut env),
             Step::Pause(_)
         ));
-        assert!(update.memory().shared);
+        assert!(update.memory().shared(env.now));
         env.now += 6_000;
         update.answer(Answer::Resumed, &mut env);
         let freed = Outlook {
@@ -1308,20 +1323,27 @@ mod tests {
         assert_eq!((release.event, release.generation), (Event::Release, 4));
         update.answer(Answer::Appended, &mut env);
         let memory = update.into_memory();
-        assert!(memory.kept.is_none() && memory.shared);
+        assert!(memory.kept.is_none() && memory.shared(env.now));
     }
 
     /// A shared id is read before it is claimed, though this instance released the last
-    /// generation it knows of; found to be the newest still, the id is no longer shared and the
-    /// grant is kept again.
+    /// generation it knows of, and its grant is given back after the write. Its own release
+    /// found the newest, the mark runs out as it was; another's, and it lasts another lease.
+    /// Once it has run out, the claim follows the own release without reading, and the grant
+    /// is kept.
     #[test]
-    fn a_shared_id_is_read_first_and_found_alone_again_when_its_own_release_is_the_newest() {
+    fn a_shared_id_is_read_first_and_stays_shared_while_another_writes_it() {
         let mut env = clock();
+        let until = env.now + 5_000;
         let memory = Memory {
             released: Some(own_release()),
             last_written: Some(row(95_000)),
-            shared: true,
+            shared_until_ms: until,
             ..Memory::default()
+        };
+        let alone = Outlook {
+            newest: own_release(),
+            stored: Some(row(95_000)),
         };
         let mut update = update_with(memory.clone(), &env);
         let step = update.start(&mut env);
@@ -1329,21 +1351,17 @@ mod tests {
             matches!(sent(&step), Statement::ReadOutlook { .. }),
             "{step:?}"
         );
-        let alone = Outlook {
-            newest: own_release(),
-            stored: Some(row(95_000)),
-        };
         update.answer(Answer::Outlook(alone), &mut env);
         update.answer(Answer::Appended, &mut env);
-        assert_eq!(
-            update.answer(Answer::Written(Some(1)), &mut env),
-            Step::Done(Ok(()))
-        );
+        let release = append_of(&update.answer(Answer::Written(Some(1)), &mut env));
+        assert_eq!(release.event, Event::Release);
+        update.answer(Answer::Appended, &mut env);
         let after = update.into_memory();
-        assert!(after.kept.is_some() && !after.shared);
+        assert_eq!(after.shared_until_ms, until, "not extended");
+        assert!(after.kept.is_none());
 
-        // Someone else's generation is the newest: still shared, and given back after the write.
-        let mut update = update_with(memory, &env);
+        // Someone else's generation is the newest: shared for another lease.
+        let mut update = update_with(memory.clone(), &env);
         update.start(&mut env);
         let other = Outlook {
             newest: Newest {
@@ -1353,11 +1371,19 @@ mod tests {
             stored: Some(row(96_000)),
         };
         update.answer(Answer::Outlook(other), &mut env);
+        assert_eq!(update.memory().shared_until_ms, env.now + LIMITS.lease_ms);
+
+        // Run out: a claim without reading, and the grant kept.
+        env.now = until;
+        let mut update = update_with(memory, &env);
+        let claim = append_of(&update.start(&mut env));
+        assert_eq!((claim.event, claim.generation), (Event::Acquire, 4));
         update.answer(Answer::Appended, &mut env);
-        let release = append_of(&update.answer(Answer::Written(Some(1)), &mut env));
-        assert_eq!(release.event, Event::Release);
-        update.answer(Answer::Appended, &mut env);
-        assert!(update.memory().shared && update.memory().kept.is_none());
+        assert_eq!(
+            update.answer(Answer::Written(Some(1)), &mut env),
+            Step::Done(Ok(()))
+        );
+        assert!(update.memory().kept.is_some());
     }
 
     /// A claim that followed this instance's own release without reading, lost to a claim that
@@ -1382,7 +1408,7 @@ mod tests {
             matches!(sent(&step), Statement::ReadOutlook { .. }),
             "{step:?}"
         );
-        assert!(update.memory().shared);
+        assert!(update.memory().shared(env.now));
         // Found held: a claim read from the log that loses is waited for, as any holder is.
         let held_by_rival = Outlook {
             newest: rival(4, env.now + 5_000),
