@@ -1,0 +1,45 @@
+//! `state-backend`: Meltano's `meltano state` commands, run through the component.
+
+// The doc comments of the CLI's types are its `--help` text, written for a terminal (`[seq]`,
+// `{"<id>": ...}`), not rustdoc markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod args;
+mod commands;
+mod output;
+mod serve;
+mod state_json;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    // wasmtime-wasi-http warns about every refused connection; the error line says it already.
+    let filter = format!("{},wasmtime_wasi_http=error", cli.log);
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&filter)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(commands::run(cli));
+    // Without waiting for the thread that reads stdin: `serve`, stopped by a signal, would
+    // otherwise exit only once its input ends.
+    runtime.shutdown_background();
+    output::finish(result)
+}
