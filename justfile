@@ -130,7 +130,7 @@ model-wide:
 mutants *ARGS:
     cargo mutants {{ARGS}} -p clickhouse-state-guest \
         --file guest/src/lock/update.rs --file guest/src/set.rs --file guest/src/deployment.rs \
-        --file guest/src/sql.rs \
+        --file guest/src/sql/state.rs --file guest/src/sql/guard.rs \
         --re 'update\.rs|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
         --test-package clickhouse-state-guest --test-package lock-model \
         --baseline skip --timeout 300 -o .local/mutants \

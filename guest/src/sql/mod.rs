@@ -1,0 +1,63 @@
+//! Every statement the backend sends, in one place.
+//!
+//! Identifiers are validated by `config` and backtick-quoted here; every value travels as a
+//! bound query parameter (`{name:Type}`), or as rows of JSON in an INSERT body. Nothing is ever
+//! spliced into SQL text.
+//!
+//! One module per concern: `query` (a statement as sent, and escaping), `schema`,
+//! `state`, `guard` (the fenced write's condition), `lock_log` and `settle`.
+
+mod guard;
+mod lock_log;
+mod query;
+mod schema;
+mod settle;
+mod state;
+
+pub use guard::Guard;
+pub use query::{Query, Read, Role, escape_param, quote_identifier};
+pub use state::{GUARDED_MAX_BYTES, LIVE, StateRow, encode_tombstone};
+
+use crate::config::Config;
+
+/// The statements of one configured store.
+#[derive(Debug, Clone)]
+pub struct Statements {
+    schema: String,
+    state: String,
+    lock: String,
+    log: String,
+    /// ` ON CLUSTER `name`` when the schema lives on a self-managed replicated cluster.
+    on_cluster: String,
+    replicated: bool,
+    /// The names the deployment check looks up (unquoted).
+    schema_name: String,
+    table_names: [String; 3],
+}
+
+impl Statements {
+    pub fn new(config: &Config) -> Self {
+        let schema = quote_identifier(&config.schema);
+        Statements {
+            state: format!("{schema}.{}", quote_identifier(&config.table)),
+            lock: format!("{schema}.{}", quote_identifier(&config.lock_table())),
+            log: format!("{schema}.{}", quote_identifier(&config.lock_log_table())),
+            schema,
+            on_cluster: config
+                .cluster
+                .as_deref()
+                .map(|c| format!(" ON CLUSTER {}", quote_identifier(c)))
+                .unwrap_or_default(),
+            replicated: config.cluster.is_some(),
+            schema_name: config.schema.clone(),
+            table_names: [
+                config.table.clone(),
+                config.lock_table(),
+                config.lock_log_table(),
+            ],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

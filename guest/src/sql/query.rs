@@ -1,0 +1,157 @@
+//! A statement as sent: its SQL, bound parameters, settings, body and consistency role; and
+//! the quoting of identifiers and parameter values.
+
+use std::marker::PhantomData;
+
+/// One request to ClickHouse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub sql: String,
+    /// Query parameters, raw values; the HTTP client escapes them.
+    pub params: Vec<(&'static str, String)>,
+    /// Settings for this query only.
+    pub settings: Vec<(&'static str, String)>,
+    /// INSERT data. When present, the SQL travels in the URL and this in the body.
+    pub data: Option<std::rc::Rc<[u8]>>,
+    /// What the query does: the deployment adds the settings this role needs there (see
+    /// `deployment::Consistency`).
+    pub role: Role,
+}
+
+/// What a query does, as far as consistency goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// A read whose answer decides nothing (listing, counting, the schema check).
+    #[default]
+    Read,
+    /// A read that decides something (who holds a lock, what to merge into): it must see every
+    /// acknowledged write.
+    Deciding,
+    /// An INSERT: acknowledged only once stored where deciding reads see it, deduplicated by
+    /// its token when retried.
+    Insert,
+    /// An `INSERT ... SELECT ... WHERE` whose condition reads what decides it (the lock log,
+    /// the stored version): an insert and a deciding read at once.
+    GuardedInsert,
+    /// A DELETE (of the lock tables' rows).
+    Mutation,
+}
+
+/// A read statement and the row type its answer decodes to (see `rows`).
+pub struct Read<R> {
+    pub query: Query,
+    row: PhantomData<fn() -> R>,
+}
+
+impl Query {
+    /// This query as a read of JSONEachRow rows of type `R`.
+    pub(super) fn read<R>(self) -> Read<R> {
+        Read {
+            query: self.json(),
+            row: PhantomData,
+        }
+    }
+
+    /// This query as a read of RowBinary rows of type `R`.
+    pub(super) fn read_binary<R>(self) -> Read<R> {
+        Read {
+            query: self,
+            row: PhantomData,
+        }
+    }
+
+    pub(super) fn new(sql: String) -> Self {
+        Query {
+            sql,
+            params: Vec::new(),
+            settings: Vec::new(),
+            data: None,
+            role: Role::Read,
+        }
+    }
+
+    pub(super) fn param(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.params.push((name, value.into()));
+        self
+    }
+
+    pub(super) fn setting(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.settings.push((name, value.into()));
+        self
+    }
+
+    pub(super) fn role(mut self, role: Role) -> Self {
+        self.role = role;
+        self
+    }
+
+    /// An INSERT; `token` names the logical write, so that a retry of it lands once.
+    pub(super) fn insert(self, token: &str) -> Self {
+        self.role(Role::Insert)
+            .setting("insert_deduplication_token", token)
+    }
+
+    /// A DELETE that returns once done on every replica (`sync`), or at once (best effort).
+    pub(super) fn delete(self, sync: bool) -> Self {
+        let wait = if sync { "2" } else { "0" };
+        self.role(Role::Mutation)
+            .setting("mutations_sync", wait)
+            .setting("lightweight_deletes_sync", wait)
+    }
+
+    /// Reads answer in JSONEachRow with 64-bit numbers unquoted (servers before 25.8 quote them).
+    pub(super) fn json(self) -> Self {
+        self.setting("output_format_json_quote_64bit_integers", "0")
+    }
+
+    /// An aggregate without GROUP BY gives one row even over no rows, and `max` of nothing is
+    /// the type's zero, not NULL: these statements count on both (a `set` of a new id, a guard
+    /// over an empty log). A profile may have changed either, so the statement pins them.
+    pub(super) fn one_row_of_nothing(self) -> Self {
+        self.setting("empty_result_for_aggregation_by_empty_set", "0")
+            .setting("aggregate_functions_null_for_empty", "0")
+    }
+
+    /// A read whose `WHERE` on a non-key column must see each id's newest row only, so it runs
+    /// after `FINAL`'s merge: a profile that moves it into `PREWHERE` would filter rows before
+    /// the merge (a tombstone first, then the older live row wins), so the statement pins it.
+    pub(super) fn where_after_final(self) -> Self {
+        self.setting("optimize_move_to_prewhere_if_final", "0")
+    }
+
+    /// A read that decides something (who holds a lock, what to merge into).
+    pub(super) fn deciding(self) -> Self {
+        self.role(Role::Deciding)
+    }
+}
+
+/// `name` in backticks. Names are validated identifiers already; escaping is belt and braces.
+pub fn quote_identifier(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('`');
+    for c in name.chars() {
+        if c == '`' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('`');
+    out
+}
+
+/// A query parameter value as ClickHouse's HTTP interface takes it: TSV-escaped, so `\` is sent
+/// as `\\`, tab as `\t`, newline as `\n`.
+pub fn escape_param(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out
+}

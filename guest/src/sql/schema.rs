@@ -1,0 +1,109 @@
+//! What `migrate` creates, per deployment kind, and the check of what exists.
+
+use super::{Query, Read, Statements};
+use crate::rows;
+
+/// Where a Replicated table keeps its replication log in Keeper: the server's default path,
+/// written out (`{uuid}` is one UUID for all replicas under ON CLUSTER).
+const REPLICA_PATH: &str = "'/clickhouse/tables/{uuid}/{shard}', '{replica}'";
+
+impl Statements {
+    /// Everything `migrate` creates, in order. On one server and on ClickHouse Cloud the
+    /// statements are the same (Cloud makes every MergeTree a SharedMergeTree); with a
+    /// `cluster`, they run ON CLUSTER with Replicated engines, so every replica has the tables
+    /// and they share their rows.
+    pub fn migration(&self) -> Vec<Query> {
+        vec![
+            self.create_schema(),
+            self.create_state_table(),
+            self.create_lock_table(),
+            self.create_lock_log_table(),
+        ]
+    }
+
+    /// `engine` with its arguments, Replicated on a cluster.
+    fn engine(&self, engine: &str, args: &str) -> String {
+        match (self.replicated, args.is_empty()) {
+            (false, true) => engine.to_string(),
+            (false, false) => format!("{engine}({args})"),
+            (true, true) => format!("Replicated{engine}({REPLICA_PATH})"),
+            (true, false) => format!("Replicated{engine}({REPLICA_PATH}, {args})"),
+        }
+    }
+
+    pub fn create_schema(&self) -> Query {
+        Query::new(format!(
+            "CREATE DATABASE IF NOT EXISTS {}{}",
+            self.schema, self.on_cluster
+        ))
+    }
+
+    /// The original backend's table (on one server exactly, so tables it created work
+    /// unchanged).
+    pub fn create_state_table(&self) -> Query {
+        Query::new(format!(
+            "CREATE TABLE IF NOT EXISTS {}{} (state_id String, partial_state Nullable(String), \
+             completed_state Nullable(String), updated_at DateTime64(3) DEFAULT now64(3)) \
+             ENGINE = {} ORDER BY state_id",
+            self.state,
+            self.on_cluster,
+            self.engine("ReplacingMergeTree", "updated_at")
+        ))
+    }
+
+    /// The original backend's lock table.
+    pub fn create_lock_table(&self) -> Query {
+        Query::new(format!(
+            "CREATE TABLE IF NOT EXISTS {}{} (state_id String, lock_id String, \
+             locked_at DateTime DEFAULT now()) ENGINE = {} \
+             ORDER BY state_id TTL locked_at + INTERVAL 300 SECOND",
+            self.lock,
+            self.on_cluster,
+            self.engine("ReplacingMergeTree", "locked_at")
+        ))
+    }
+
+    /// The fenced protocol's append-only lock log. Plain MergeTree, so no merge ever collapses
+    /// rows; every row is unique (state id, generation, event, owner). Deduplication by token
+    /// (on by default on replicated and Cloud tables, atomic across replicas; switched on here
+    /// for a single server) makes a retried insert land once.
+    pub fn create_lock_log_table(&self) -> Query {
+        let settings = if self.replicated {
+            ""
+        } else {
+            " SETTINGS non_replicated_deduplication_window = 10000"
+        };
+        Query::new(format!(
+            "CREATE TABLE IF NOT EXISTS {}{} (state_id String, generation UInt64, \
+             event Enum8('acquire' = 1, 'renew' = 2, 'release' = 3, 'force' = 4), \
+             owner String, at_ms UInt64, until_ms UInt64, floor_ms UInt64) \
+             ENGINE = {} ORDER BY (state_id, generation, event, owner){settings}",
+            self.log,
+            self.on_cluster,
+            self.engine("MergeTree", "")
+        ))
+    }
+
+    /// What the deployment check needs, in one row: the engines of this store's tables, whether
+    /// the server is configured as a replica (a `replica` macro), and the clusters it knows
+    /// with their largest replica count, and whether the server knows the `deduplicate_insert`
+    /// setting. `{"tables": [[name, engine]], "replica_macro", "dedup_setting",
+    /// "clusters": [[name, replicas]]}`.
+    pub fn deployment(&self) -> Read<rows::Observed> {
+        Query::new(
+            "SELECT (SELECT groupArray(tuple(name, engine)) FROM system.tables \
+             WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String})) AS tables, \
+             (SELECT count() FROM system.macros WHERE macro = 'replica') > 0 AS replica_macro, \
+             (SELECT count() FROM system.settings WHERE name = 'deduplicate_insert') > 0 AS dedup_setting, \
+             (SELECT groupArray(tuple(cluster, replicas)) FROM (SELECT cluster, max(replica_num) AS replicas \
+             FROM system.clusters GROUP BY cluster ORDER BY cluster)) AS clusters \
+             FORMAT JSONEachRow"
+                .to_string(),
+        )
+        .param("schema", self.schema_name.clone())
+        .param("t0", self.table_names[0].clone())
+        .param("t1", self.table_names[1].clone())
+        .param("t2", self.table_names[2].clone())
+        .read()
+    }
+}

@@ -1,0 +1,199 @@
+//! The statements' unit tests.
+
+use super::guard::guard_condition;
+use super::*;
+use crate::glob::Filter;
+
+fn statements() -> Statements {
+    let config = Config::parse(
+        "clickhouse://u@h/db",
+        &[("table".into(), "my_state".into())],
+    )
+    .expect("valid");
+    Statements::new(&config)
+}
+
+/// Every read that decides something is sent as deciding, so that a cluster or Cloud gives it
+/// the settings that make it see every acknowledged write (one server ignores them, so no
+/// integration test here would notice one missing); every write is sent as what it is.
+#[test]
+fn each_statement_is_sent_in_its_consistency_role() {
+    let s = statements();
+    let row = StateRow {
+        state_id: "a",
+        partial: "{}",
+        completed: "{}",
+        version_ms: 1,
+    };
+    let guard = Guard {
+        state_id: "a".into(),
+        generation: 2,
+        owner: "me".into(),
+        confirmed: false,
+        previous_until: 1,
+        expected_version: 0,
+    };
+    let deciding = [
+        ("get", s.get("a").query),
+        ("version_of", s.version_of("a")),
+        ("versions", s.versions().query),
+        ("guard_holds", s.guard_holds(&guard)),
+        ("log_state", s.log_state("a").query),
+        ("log_outlook", s.log_outlook("a").query),
+        ("log_claims", s.log_claims("a", 2, false).query),
+        ("log_claims with state", s.log_claims("a", 2, true).query),
+        ("lock_candidates", s.lock_candidates("a", 0).query),
+    ];
+    for (name, query) in deciding {
+        assert_eq!(query.role, Role::Deciding, "{name}");
+    }
+    let guarded = [
+        ("write_guarded", s.write_guarded(row, &guard, "t")),
+        ("set_unless_newer", s.set_unless_newer(row, "t")),
+    ];
+    for (name, query) in guarded {
+        assert_eq!(query.role, Role::GuardedInsert, "{name}");
+    }
+    // The guard is the condition of the write and of its read-only twin, over the log.
+    let (condition, _) = guard_condition(&s, &guard);
+    let write = s.write_guarded(row, &guard, "t").sql;
+    assert!(write.starts_with("INSERT INTO"), "{write}");
+    assert!(write.ends_with(&format!("HAVING {condition}")), "{write}");
+    let holds = s.guard_holds(&guard).sql;
+    assert!(
+        holds.starts_with(&format!("SELECT toUInt8({condition})")),
+        "{holds}"
+    );
+    let inserts = [
+        ("insert_states", s.insert_states(b"{}".to_vec(), "t")),
+        ("log_insert", s.log_insert(b"{}".to_vec(), "t")),
+        ("lock_insert", s.lock_insert(b"{}".to_vec(), "t")),
+    ];
+    for (name, query) in inserts {
+        assert_eq!(query.role, Role::Insert, "{name}");
+    }
+}
+
+#[test]
+fn identifiers_are_quoted() {
+    assert_eq!(quote_identifier("state"), "`state`");
+    assert_eq!(quote_identifier("a`b\\c"), "`a\\`b\\\\c`");
+    let s = statements();
+    assert!(s.create_state_table().sql.contains("`meltano`.`my_state`"));
+    assert!(
+        s.create_lock_table()
+            .sql
+            .contains("`meltano`.`my_state_lock`")
+    );
+}
+
+#[test]
+fn the_schema_per_deployment_kind() {
+    // One server and ClickHouse Cloud: the original backend's DDL (Cloud makes it Shared).
+    let single: Vec<String> = statements()
+        .migration()
+        .into_iter()
+        .map(|q| q.sql)
+        .collect();
+    assert_eq!(single.len(), 4);
+    assert!(
+        single
+            .iter()
+            .all(|s| !s.contains("ON CLUSTER") && !s.contains("Replicated"))
+    );
+    assert!(single[1].contains("ENGINE = ReplacingMergeTree(updated_at) ORDER BY state_id"));
+    assert!(single[3].contains("non_replicated_deduplication_window"));
+    // A self-managed cluster: ON CLUSTER, Replicated engines on one Keeper path per table.
+    let config = Config::parse(
+        "clickhouse://u@h/db",
+        &[("cluster".to_string(), "prod".to_string())],
+    )
+    .unwrap();
+    let cluster: Vec<String> = Statements::new(&config)
+        .migration()
+        .into_iter()
+        .map(|q| q.sql)
+        .collect();
+    assert_eq!(
+        cluster[0],
+        "CREATE DATABASE IF NOT EXISTS `meltano` ON CLUSTER `prod`"
+    );
+    assert!(
+        cluster
+            .iter()
+            .all(|s| s.contains(" ON CLUSTER `prod` ") || s.ends_with(" ON CLUSTER `prod`"))
+    );
+    assert!(cluster[1].contains(
+        "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', updated_at)"
+    ));
+    assert!(cluster[2].contains(
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', locked_at)"
+    ));
+    assert!(cluster[3].contains(
+        "ENGINE = ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') ORDER BY"
+    ));
+    assert!(!cluster[3].contains("non_replicated_deduplication_window"));
+}
+
+#[test]
+fn params_are_tsv_escaped() {
+    assert_eq!(escape_param("a\\b\tc\nd'e\"f"), "a\\\\b\\tc\\nd'e\"f");
+    assert_eq!(escape_param("\\N"), "\\\\N");
+    assert_eq!(escape_param("✓"), "✓");
+}
+
+#[test]
+fn values_are_bound_not_spliced() {
+    let s = statements();
+    let id = "x' OR 1=1 --";
+    for q in [s.get(id).query, s.version_of(id), s.lock_delete(id, id)] {
+        assert!(!q.sql.contains(id), "{}", q.sql);
+        assert!(q.params.iter().any(|(_, v)| v == id));
+    }
+    let q = s.state_ids(&Filter::Exact(id.into())).query;
+    assert!(!q.sql.contains(id));
+    assert_eq!(q.params, vec![("pattern", id.to_string())]);
+}
+
+#[test]
+fn filters_become_conditions() {
+    let s = statements();
+    let all = s.state_ids(&Filter::All).query.sql;
+    assert!(
+        all.contains(&format!("FINAL WHERE {LIVE} ORDER BY")),
+        "{all}"
+    );
+    let exact = s.state_ids(&Filter::Exact("dev:x".into())).query;
+    assert!(exact.sql.starts_with("SELECT"), "{}", exact.sql);
+    assert!(exact.sql.contains("WHERE state_id = {pattern:String}"));
+    let q = s
+        .get_all(&Filter::Match {
+            prefix: "dev:".into(),
+            regex: "(?s)^dev:.*$".into(),
+        })
+        .query;
+    assert!(
+        q.sql
+            .contains("startsWith(state_id, {prefix:String}) AND match(state_id, {regex:String})")
+    );
+    let q = s
+        .get_all(&Filter::Match {
+            prefix: String::new(),
+            regex: "(?s)^.*x$".into(),
+        })
+        .query;
+    assert!(!q.sql.contains("startsWith"));
+}
+
+#[test]
+fn writes_are_synchronous_and_tokened() {
+    let s = statements();
+    let q = s.insert_states(b"{}\n".to_vec(), "tok-1");
+    // synchronous and deduplicated by the deployment's settings for inserts
+    assert_eq!(q.role, Role::Insert);
+    assert!(
+        q.settings
+            .contains(&("insert_deduplication_token", "tok-1".into()))
+    );
+    assert_eq!(q.data.as_deref(), Some(&b"{}\n"[..]));
+}
