@@ -21,6 +21,9 @@ pub struct Setting {
     pub doc: &'static str,
     /// A valid value, other than the default where it can be.
     pub example: &'static str,
+    /// The default when a long-lived host serves a caller such as Meltano (`state-backend
+    /// serve`), if it differs from `default`.
+    pub served_default: Option<&'static str>,
 }
 
 const fn setting(
@@ -38,7 +41,24 @@ const fn setting(
         default_doc,
         doc,
         example,
+        served_default: None,
     }
+}
+
+impl Setting {
+    /// This setting with another default when served.
+    const fn when_served(mut self, value: &'static str) -> Setting {
+        self.served_default = Some(value);
+        self
+    }
+}
+
+/// The defaults a long-lived host applies when serving (`state-backend serve`), where they
+/// differ from the component's: `(name, value)`.
+pub fn served_defaults() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SETTINGS
+        .iter()
+        .filter_map(|s| s.served_default.map(|value| (s.name, value)))
 }
 
 /// The settings, in the order the documentation lists them.
@@ -150,7 +170,10 @@ pub const SETTINGS: &[Setting] = &[
          trip), and gives it back once idle this long; not for a lease after it met another \
          writer of the id",
         "2",
-    ),
+    )
+    // A long-lived instance keeps the lock of the id it updates for the next update (one round
+    // trip each: Meltano's stream of STATE messages), and gives it back when idle.
+    .when_served("5"),
     setting(
         "lock_settle_seconds",
         None,
@@ -239,6 +262,21 @@ mod tests {
                     s.name
                 );
             }
+        }
+    }
+
+    #[test]
+    fn each_served_default_is_valid_changes_something_and_is_documented() {
+        let unset = Config::parse(URI, &[]).expect("valid");
+        let served: Vec<_> = served_defaults().collect();
+        assert!(!served.is_empty());
+        for (name, value) in served {
+            assert_ne!(with(name, value).as_ref(), Ok(&unset), "{name}");
+            let doc = find(name).map(|s| s.default_doc).unwrap_or_default();
+            assert!(
+                doc.contains(&format!("{value} when served")),
+                "{name}: {doc}"
+            );
         }
     }
 

@@ -241,6 +241,12 @@ impl Backend {
         self.store.data().clock()
     }
 
+    /// How long one call may run before it is stopped (`RuntimeOptions::call_deadline`, or the
+    /// lock timeout and a minute): a caller that waits for an answer waits this long.
+    pub fn call_deadline(&self) -> std::time::Duration {
+        self.store.data().limits.call_deadline
+    }
+
     /// Gives back everything the store kept, then drops the store resource inside the guest.
     pub async fn close(mut self) -> Result<()> {
         let closed = call!(self.call_close());

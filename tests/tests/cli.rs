@@ -496,7 +496,7 @@ fn serve_answers_json_lines_with_one_instance() {
     let cli = Cli::new("cli_serve");
     let mut server = cli
         .command()
-        .args(["serve", "--stdio"])
+        .args(["-s", "lock_timeout_seconds=7", "serve", "--stdio"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -511,6 +511,8 @@ fn serve_answers_json_lines_with_one_instance() {
         env!("CARGO_PKG_VERSION"),
         "{first}"
     );
+    // How long the caller should wait for an answer: the lock timeout and a minute.
+    assert_eq!(json(&first)["ready"]["call_deadline_ms"], 67_000, "{first}");
     let mut ask = |request: serde_json::Value| {
         writeln!(input, "{request}").unwrap();
         input.flush().unwrap();

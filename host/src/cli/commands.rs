@@ -82,16 +82,10 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
     }
     if let Command::Serve { .. } = cli.command {
         let mut all_settings = all_settings;
-        // A long-lived instance keeps the lock of the id it updates for the next update (one
-        // round trip each; Meltano's stream of STATE messages), and gives it back when idle.
-        if !all_settings
-            .iter()
-            .any(|(name, _)| name == "lock_linger_seconds")
-        {
-            all_settings.push((
-                "lock_linger_seconds".into(),
-                serve::DEFAULT_LINGER_SECONDS.into(),
-            ));
+        for (name, value) in clickhouse_state::settings::served_defaults() {
+            if !all_settings.iter().any(|(given, _)| given == name) {
+                all_settings.push((name.into(), value.into()));
+            }
         }
         let backend = match start_serving(&cli.uri, all_settings, &component, options).await {
             Ok(backend) => backend,

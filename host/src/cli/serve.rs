@@ -8,7 +8,8 @@
 //! or SIGTERM (Ctrl-C on Windows): the request in hand is answered, held and kept locks are
 //! given back, then the process exits; a second signal exits at once.
 //!
-//! Start-up: the first line says whether the instance is ready, `{"ready": {"version": "..."}}`,
+//! Start-up: the first line says whether the instance is ready, `{"ready": {"version": "...",
+//! "call_deadline_ms": N}}` (how long one call may take; the caller waits that and a grace),
 //! or why not, `{"error": {"kind": "invalid-config", "message": "...", "setting": "lock_mode"}}`
 //! (then the process exits with code 2). `setting` names the setting a configuration error is
 //! about (`uri` for the URI itself), so that the caller can name its own setting for it: the
@@ -34,9 +35,6 @@ pub fn startup_failure(error: &Error, setting: Option<&str>) {
     let _ = writeln!(std::io::stdout(), "{}", json!({ "error": value }));
 }
 
-/// `lock_linger_seconds` when `serve` runs and the setting is not given.
-pub const DEFAULT_LINGER_SECONDS: &str = "5";
-
 /// Serves requests from stdin until it closes or a signal asks it to stop. Between requests,
 /// calls the store's `idle` when it asked to be called (so a kept lock is given back once
 /// idle), and `close` at the end.
@@ -44,7 +42,11 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
     let mut stop = stop_on_signal();
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut stdout = tokio::io::stdout();
-    let ready = json!({"ready": {"version": env!("CARGO_PKG_VERSION")}}).to_string() + "\n";
+    let deadline_ms = u64::try_from(backend.call_deadline().as_millis()).unwrap_or(u64::MAX);
+    let ready =
+        json!({"ready": {"version": env!("CARGO_PKG_VERSION"), "call_deadline_ms": deadline_ms}})
+            .to_string()
+            + "\n";
     if stdout.write_all(ready.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
         return backend.close().await;
     }

@@ -88,8 +88,8 @@ def host_log_level(level: int) -> str:
     return "error"
 
 
-#: How long past its own deadline (the lock timeout plus a minute) the host may take to answer
-#: before it is considered hung and stopped.
+#: How long past its own per-call deadline (which it says when ready) the host may take to
+#: answer before it is considered hung and stopped.
 _REPLY_GRACE_SECONDS = 90.0
 _EOF = object()
 
@@ -240,6 +240,7 @@ class Bridge:
         self._lines: queue.Queue[t.Any] = queue.Queue()
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
         self._stderr_done = threading.Event()
+        self._call_deadline = 0.0  # said by the host when ready
         executable = config.executable or find_executable()
         try:
             self._process = subprocess.Popen(
@@ -274,6 +275,13 @@ class Bridge:
             self._process.kill()
             raise BackendError("host", "the host started with a line that is not JSON") from None
         if "ready" in line:
+            try:
+                self._call_deadline = float(line["ready"]["call_deadline_ms"]) / 1000
+            except (KeyError, TypeError, ValueError):
+                self._process.kill()
+                raise BackendError(
+                    "host", "the host did not say its call deadline when ready"
+                ) from None
             return
         error = line.get("error") or {}
         try:
@@ -327,7 +335,7 @@ class Bridge:
                 self._process.stdin.flush()
             except (BrokenPipeError, ValueError):
                 raise self._exited(f"answering {method}") from None
-            timeout = self.config.lock_timeout_seconds + 60 + _REPLY_GRACE_SECONDS
+            timeout = self._call_deadline + _REPLY_GRACE_SECONDS
             try:
                 answer = self._lines.get(timeout=timeout)
             except queue.Empty:
