@@ -761,3 +761,58 @@ fn a_refused_loopback_address_names_the_flag_that_allows_it() {
     assert!(stderr.contains("its address is refused"), "{stderr}");
     assert!(stderr.contains("pass --allow-loopback"), "{stderr}");
 }
+
+/// The functions of one resource in the contract, in snake case.
+fn wit_functions(wit: &str, resource: &str) -> Vec<String> {
+    let start = wit
+        .find(&format!("resource {resource} {{"))
+        .unwrap_or_else(|| panic!("no resource {resource}"));
+    let body = &wit[start..];
+    let body = &body[..body.find("\n    }").expect("the resource ends")];
+    body.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.trim().split_once(':')?;
+            (rest.trim_start().starts_with("func(")
+                || rest.trim_start().starts_with("static func("))
+            .then(|| name.trim().replace('-', "_"))
+        })
+        .collect()
+}
+
+/// `serve`'s methods are the contract's operations (the store's, and what a caller does with a
+/// lock it holds), and the Meltano adapter calls nothing else.
+#[test]
+fn the_methods_are_the_contracts_operations_and_the_adapter_calls_only_them() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(state_backend_binary())
+        .arg("methods")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let mut methods: Vec<String> = serde_json::from_slice(&output.stdout).unwrap();
+    methods.sort();
+
+    let wit = std::fs::read_to_string(root.join("wit/state-backend.wit")).unwrap();
+    // `serve` opens its store itself and calls `idle` and `close` itself; a lock's accessors
+    // are answered by `acquire_lock` (its token) and `lock_info` (the rest).
+    let host_managed = ["open", "idle", "close", "state_id", "token", "info"];
+    let mut expected: Vec<String> = wit_functions(&wit, "store")
+        .into_iter()
+        .chain(wit_functions(&wit, "lock"))
+        .filter(|f| !host_managed.contains(&f.as_str()))
+        .chain(["ping".to_string()])
+        .collect();
+    expected.sort();
+    assert_eq!(methods, expected);
+
+    let manager =
+        std::fs::read_to_string(root.join("python/src/meltano_clickhouse_state/manager.py"))
+            .unwrap();
+    let mut called = 0;
+    for quoted in manager.split("call(\"").skip(1) {
+        let name = &quoted[..quoted.find('"').expect("a closing quote")];
+        assert!(methods.iter().any(|m| m == name), "manager.py calls {name}");
+        called += 1;
+    }
+    assert!(called >= 10, "found {called} calls in manager.py");
+}

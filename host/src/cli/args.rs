@@ -156,6 +156,8 @@ pub enum Command {
     },
     /// List every setting and host option as JSON: name, variable, default, meaning
     Settings,
+    /// List the methods `serve` answers, as JSON
+    Methods,
     /// Precompile the component (.wasm) to native code (.cwasm) that loads without compiling
     Compile {
         /// Where to write it [default: the component's path with .cwasm]

@@ -58,6 +58,9 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
     if let Command::Settings = cli.command {
         return Ok(settings_json());
     }
+    if let Command::Methods = cli.command {
+        return Ok(json!(crate::request::Request::methods()));
+    }
     let options = RuntimeOptions {
         tls: TlsOptions {
             ca_bundle: cli.ca_bundle.clone(),
@@ -264,9 +267,11 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
             let broken = backend.force_unlock(&state_id).await?;
             Ok(json!({"state_id": state_id, "unlocked": broken}))
         }
-        Command::Compile { .. } | Command::Serve { .. } | Command::Settings => Err(Failure::Usage(
-            "this command does not run as a single operation".into(),
-        )),
+        Command::Compile { .. } | Command::Serve { .. } | Command::Settings | Command::Methods => {
+            Err(Failure::Usage(
+                "this command does not run as a single operation".into(),
+            ))
+        }
         Command::Migrate { .. } => {
             backend.migrate().await?;
             Ok(json!({"migrated": true}))

@@ -12,6 +12,7 @@ use clap::Parser;
 mod args;
 mod commands;
 mod output;
+mod request;
 mod serve;
 mod state_json;
 

@@ -1,7 +1,8 @@
 //! `state-backend serve --stdio`: one long-lived backend instance answering JSON lines, so that
 //! a Python process (Meltano) pays the component's start-up once, not per operation.
 //!
-//! Request, one line: `{"id": 1, "method": "get", "params": {"state_id": "dev:a"}}`.
+//! Request, one line: `{"id": 1, "method": "get", "params": {"state_id": "dev:a"}}` (the
+//! methods: [`Request`]).
 //! Answer, one line: `{"id": 1, "result": ...}` or `{"id": 1, "error": {"kind": "locked",
 //! "message": "...", "lock": {...}}}`. Locks are referred to by the number `acquire_lock`
 //! returns. End of input ends the process (held locks are released first), and so does SIGINT
@@ -23,6 +24,8 @@ use serde_json::{Value, json};
 use state_host::clock::Clock;
 use state_host::{Backend, Error, Lock, LockInfo, State};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::request::Request;
 
 /// The first line when the instance could not start: what went wrong and, where known, which
 /// setting it is about.
@@ -85,11 +88,15 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
             continue;
         }
         let answer = match serde_json::from_str::<Value>(&line) {
-            Ok(request) => {
+            Ok(mut request) => {
                 let id = request.get("id").cloned().unwrap_or(Value::Null);
+                let params = request.get_mut("params").map(Value::take);
                 let method = request.get("method").and_then(Value::as_str).unwrap_or("");
-                let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
-                match handle(&mut backend, &mut locks, &mut next_lock, method, &params).await {
+                let result = match Request::parse(method, params) {
+                    Ok(request) => handle(&mut backend, &mut locks, &mut next_lock, request).await,
+                    Err(error) => Err(error),
+                };
+                match result {
                     Ok(result) => json!({"id": id, "result": result}),
                     Err(error) => json!({"id": id, "error": error_json(&error)}),
                 }
@@ -184,29 +191,7 @@ fn state_json(state: &State) -> Value {
     json!({"state_id": state.state_id, "partial": state.partial, "completed": state.completed})
 }
 
-fn text<'a>(params: &'a Value, name: &str) -> Result<&'a str, Error> {
-    params
-        .get(name)
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::InvalidInput(format!("missing string parameter '{name}'")))
-}
-
-fn state_param(value: &Value) -> Result<State, Error> {
-    Ok(State::new(
-        text(value, "state_id")?,
-        value.get("partial").and_then(Value::as_str).unwrap_or("{}"),
-        value
-            .get("completed")
-            .and_then(Value::as_str)
-            .unwrap_or("{}"),
-    ))
-}
-
-fn lock_param<'a>(locks: &'a HashMap<u64, Lock>, params: &Value) -> Result<&'a Lock, Error> {
-    let number = params
-        .get("lock")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| Error::InvalidInput("missing lock number 'lock'".into()))?;
+fn held(locks: &HashMap<u64, Lock>, number: u64) -> Result<&Lock, Error> {
     locks
         .get(&number)
         .ok_or_else(|| Error::InvalidInput(format!("no held lock number {number}")))
@@ -216,93 +201,81 @@ async fn handle(
     backend: &mut Backend,
     locks: &mut HashMap<u64, Lock>,
     next_lock: &mut u64,
-    method: &str,
-    params: &Value,
+    request: Request,
 ) -> Result<Value, Error> {
-    let pattern = params.get("pattern").and_then(Value::as_str);
-    Ok(match method {
-        "ping" => json!("pong"),
-        "get" => match backend.get(text(params, "state_id")?).await? {
+    Ok(match request {
+        Request::Ping {} => json!("pong"),
+        Request::Get { state_id } => match backend.get(&state_id).await? {
             Some(state) => state_json(&state),
             None => Value::Null,
         },
-        "set" => {
-            backend.set(&state_param(params)?).await?;
+        Request::Set(state) => {
+            backend.set(&state.into()).await?;
             Value::Null
         }
-        "update" => {
-            backend.update(&state_param(params)?).await?;
+        Request::Update(state) => {
+            backend.update(&state.into()).await?;
             Value::Null
         }
-        "delete" => {
-            backend.delete(text(params, "state_id")?).await?;
+        Request::Delete { state_id } => {
+            backend.delete(&state_id).await?;
             Value::Null
         }
-        "clear" => {
-            backend.clear(text(params, "state_id")?).await?;
+        Request::Clear { state_id } => {
+            backend.clear(&state_id).await?;
             Value::Null
         }
-        "state_ids" => json!(backend.state_ids(pattern).await?),
-        "get_all" => Value::Array(
+        Request::StateIds { pattern } => json!(backend.state_ids(pattern.as_deref()).await?),
+        Request::GetAll { pattern } => Value::Array(
             backend
-                .get_all(pattern)
+                .get_all(pattern.as_deref())
                 .await?
                 .iter()
                 .map(state_json)
                 .collect(),
         ),
-        "set_all" => {
-            let states = params
-                .get("states")
-                .and_then(Value::as_array)
-                .ok_or_else(|| Error::InvalidInput("missing array parameter 'states'".into()))?
-                .iter()
-                .map(state_param)
-                .collect::<Result<Vec<_>, _>>()?;
+        Request::SetAll { states } => {
+            let states: Vec<State> = states.into_iter().map(State::from).collect();
             json!(backend.set_all(&states).await?)
         }
-        "clear_all" => json!(backend.clear_all().await?),
-        "acquire_lock" => {
-            let lock = backend.acquire_lock(text(params, "state_id")?).await?;
+        Request::ClearAll {} => json!(backend.clear_all().await?),
+        Request::AcquireLock { state_id } => {
+            let lock = backend.acquire_lock(&state_id).await?;
             let number = *next_lock;
             *next_lock += 1;
             let token = lock.token;
             locks.insert(number, lock);
             json!({"lock": number, "token": token})
         }
-        "release" => {
-            let number = params.get("lock").and_then(Value::as_u64).unwrap_or(0);
-            match locks.remove(&number) {
-                Some(lock) => backend.release(lock).await?,
-                None => return Err(Error::InvalidInput(format!("no held lock number {number}"))),
+        Request::Release { lock } => {
+            match locks.remove(&lock) {
+                Some(held) => backend.release(held).await?,
+                None => return Err(Error::InvalidInput(format!("no held lock number {lock}"))),
             }
             Value::Null
         }
-        "renew" => {
-            let lock = lock_param(locks, params)?;
-            backend.renew(lock).await?;
+        Request::Renew { lock } => {
+            backend.renew(held(locks, lock)?).await?;
             Value::Null
         }
-        "set_locked" => {
-            let state = state_param(params)?;
-            let lock = lock_param(locks, params)?;
-            backend.set_locked(&state, lock).await?;
+        Request::SetLocked { state, lock } => {
+            backend
+                .set_locked(&state.into(), held(locks, lock)?)
+                .await?;
             Value::Null
         }
-        "delete_locked" => {
-            let lock = lock_param(locks, params)?;
-            backend.delete_locked(lock).await?;
+        Request::DeleteLocked { lock } => {
+            backend.delete_locked(held(locks, lock)?).await?;
             Value::Null
         }
-        "lock_info" => match backend.lock_info(text(params, "state_id")?).await? {
+        Request::LockInfo { state_id } => match backend.lock_info(&state_id).await? {
             Some(info) => info_json(&info),
             None => Value::Null,
         },
-        "force_unlock" => json!(backend.force_unlock(text(params, "state_id")?).await?),
-        "migrate" => {
+        Request::ForceUnlock { state_id } => json!(backend.force_unlock(&state_id).await?),
+        Request::Migrate {} => {
             backend.migrate().await?;
             Value::Null
         }
-        other => return Err(Error::InvalidInput(format!("unknown method '{other}'"))),
     })
 }
