@@ -12,7 +12,6 @@
 //! sends) holds the id. `BENCH_TURNS` sets the updates per process (default 10).
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,17 +24,9 @@ use integration_tests::TestTable;
 mod stats;
 use stats::Samples;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn host_binary() -> PathBuf {
-    ["release", "debug"]
-        .iter()
-        .map(|profile| root().join("target").join(profile).join("state-backend"))
-        .find(|path| path.exists())
-        .expect("no state-backend built: run `cargo build --release -p meltano-state-host`")
-}
+#[path = "report/host.rs"]
+mod host;
+use host::{host_binary, root};
 
 /// One `serve --stdio` process on the table.
 struct Server {

@@ -22,7 +22,6 @@
 //! `BENCH_MESSAGES` the STATE messages of a stream (default 1000).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -39,17 +38,9 @@ mod plot;
 
 const ROUNDS: usize = 3;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn host_binary() -> PathBuf {
-    ["release", "debug"]
-        .iter()
-        .map(|profile| root().join("target").join(profile).join("state-backend"))
-        .find(|path| path.exists())
-        .expect("no state-backend built: run `cargo build --release -p meltano-state-host`")
-}
+#[path = "report/host.rs"]
+mod host;
+use host::{host_binary, root};
 
 async fn library(table: &TestTable, n: usize) -> Vec<f64> {
     let mut backend = runtime()
