@@ -285,6 +285,9 @@ pub struct Newest {
     pub released: u8,
     pub release_cap_ms: u64,
     pub forced: u8,
+    /// Another instance waits for this generation (a `want` row): its keeper should give it
+    /// back.
+    pub wanted: u8,
 }
 
 impl FromRow for Newest {
@@ -298,6 +301,7 @@ impl FromRow for Newest {
             released: u8::from(row.number("released")? != 0),
             release_cap_ms: row.number("release_cap")?,
             forced: u8::from(row.number("forced")? != 0),
+            wanted: u8::from(row.number("wanted")? != 0),
         })
     }
 }
@@ -524,5 +528,45 @@ mod tests {
             first::<Observed>(b"{\"tables\":[[\"state\"]],\"replica_macro\":0,\"clusters\":[]}")
                 .is_err()
         );
+    }
+}
+
+/// What a row of the lock log records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    Acquire,
+    Renew,
+    Release,
+    Force,
+    /// Another instance waits for the generation's holder (a hint: a keeper that sees it gives
+    /// its kept grant back; it decides nothing).
+    Want,
+}
+
+impl Event {
+    /// Every event with its number in the log's `Enum8` column (`Statements::lock_log_events`).
+    pub const ALL: [(Event, &'static str, u8); 5] = [
+        (Event::Acquire, "acquire", 1),
+        (Event::Renew, "renew", 2),
+        (Event::Release, "release", 3),
+        (Event::Force, "force", 4),
+        (Event::Want, "want", 5),
+    ];
+
+    /// The event's name in the log.
+    pub fn name(self) -> &'static str {
+        Event::ALL
+            .iter()
+            .find(|(event, _, _)| *event == self)
+            .map_or("", |(_, name, _)| name)
+    }
+}
+
+impl serde::Serialize for Event {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
     }
 }

@@ -141,7 +141,8 @@ pub const SETTINGS: &[Setting] = &[
         None,
         Some("1"),
         "1",
-        "pause between tries (±20 % jitter; up to 8x while others win the hand-offs)",
+        "pause between tries (±20 % jitter; up to 8x while others win the hand-offs); how \
+         often a lock kept idle looks whether another process waits for it",
         "0.5",
     ),
     setting(
@@ -167,8 +168,8 @@ pub const SETTINGS: &[Setting] = &[
         Some("0"),
         "0 (5 when served, as for Meltano)",
         "fenced mode: an `update` keeps its lock for the next `update` of the id (one round \
-         trip), and gives it back once idle this long; not for a lease after it met another \
-         writer of the id",
+         trip), and gives it back once idle this long, or as soon as another process waits for \
+         it; not for a lease after it met another writer of the id",
         "2",
     )
     // A long-lived instance keeps the lock of the id it updates for the next update (one round

@@ -79,6 +79,10 @@ pub const RECOVERS: &str = "an update after a kill is acknowledged";
 /// its grant back instead of keeping it: the rule that spares a second writer the linger is
 /// explored (required in every check with two clients and two updates each).
 pub const GIVES_BACK: &str = "an update on an id found shared gives its grant back";
+/// Some update that resumed a kept grant another client had said it wants (a `want` row) is
+/// acknowledged, written under that grant, and gives the grant back: the keeper heeds the
+/// waiter instead of holding on for the linger (`fenced_with_a_waiter_wanting_a_kept_grant`).
+pub const HEEDS_WANT: &str = "a kept grant another client wants is given back";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
 
@@ -331,6 +335,8 @@ pub struct Client {
     pub started: u64,
     /// Tokens the client has made (owners and write tokens are named by this count).
     pub tokens: u8,
+    /// The generation of the kept grant its current update resumed, if any (for `HEEDS_WANT`).
+    pub resumed: Option<u64>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -367,6 +373,8 @@ pub struct World {
     /// An update on an id its client found shared was acknowledged and gave its grant back
     /// (with a linger, it would have kept it).
     pub gave_back: bool,
+    /// An update that resumed a kept grant another client wanted wrote under it and gave it back.
+    pub heeded: bool,
 }
 
 impl fmt::Debug for World {
@@ -658,6 +666,15 @@ impl LockModel {
                 world.acknowledged |= update_bit(client, c.update);
                 if self.updates > 1 && c.memory.kept.is_none() && c.memory.shared(now) {
                     world.gave_back = true;
+                    // It wrote under the very grant it resumed and released that grant after
+                    // (a hand-back, or a loss, ends with another generation released or kept).
+                    let wanted = |g| {
+                        world.rows.iter().any(|r| {
+                            matches!(&r.row, Row::Log(Entry(e)) if fenced::wanted_generation(e) == Some(g))
+                        })
+                    };
+                    let released = c.memory.released.as_ref().map(|r| r.generation);
+                    world.heeded |= c.resumed.is_some_and(|g| released == Some(g) && wanted(g));
                 }
                 if world.killed_at.is_some_and(|k| c.started > k) {
                     world.recovered = true;
@@ -713,6 +730,28 @@ impl LockModel {
             else {
                 return self.next(world, client, update, step);
             };
+            // A `want` is a hint that decides nothing (no decision reads it): it lands on every
+            // replica as it is sent. When it lands only moves when a keeper sees it, and a
+            // keeper that gives its grant back early, or keeps it, is explored anyway; an
+            // insert in flight here would multiply every wait's states for no safety question.
+            if let Statement::Append(entry) = &statement
+                && entry.event == Event::Want
+            {
+                // Kept as what the folds read of it (the generation it wants), once: the wants
+                // of one generation share a token, and land once.
+                let row = Row::Log(Entry(LogEntry {
+                    at_ms: 0,
+                    ..entry.clone()
+                }));
+                if !world.rows.iter().any(|r| r.row == row) {
+                    let replicas = self.all_replicas();
+                    world.rows.push(Landed { row, replicas });
+                }
+                let mut env = self.env(world, client);
+                step = update.answer(Answer::Appended, &mut env);
+                world.clients[client as usize].tokens = env.tokens;
+                continue;
+            }
             // What the statement gets from what `replica` has: an answer, or an insert sent.
             let outcome = {
                 let view = world.view(replica);
@@ -785,6 +824,7 @@ impl LockModel {
                 let started = world.now;
                 let c = &mut world.clients[client as usize];
                 c.started = started;
+                c.resumed = c.memory.kept.as_ref().map(|k| k.handle.token);
                 let bit = update_bit(client, c.update);
                 let mut update = Box::new(Update::new(
                     "s",
@@ -1157,6 +1197,7 @@ impl Model for LockModel {
                         offset,
                         attempts: self.attempts,
                         saw_held: false,
+                        resumed: None,
                         update: 0,
                         memory: Memory::default(),
                         started: START,
@@ -1182,6 +1223,7 @@ impl Model for LockModel {
                 locked_out: false,
                 recovered: false,
                 gave_back: false,
+                heeded: false,
             })
             .collect()
     }
@@ -1564,6 +1606,9 @@ impl Model for LockModel {
         }
         if self.updates > 1 && self.clients > 1 {
             properties.push(Property::<Self>::sometimes(GIVES_BACK, |_, w| w.gave_back));
+            if self.timeout > 0 {
+                properties.push(Property::<Self>::sometimes(HEEDS_WANT, |_, w| w.heeded));
+            }
         }
         if self.clients == 1 {
             properties.push(Property::<Self>::always(UNCONTENDED, |_, w| {

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use clickhouse_state::deployment::Kind;
 use lock_model::{
-    COMPLETES, EXCLUSIVE, FENCED, GIVES_BACK, LockModel, NOT_LOCKED_OUT, NOTHING_LOST, ONE_HOLDER,
-    RECOVERS, SET_DONE, SET_KEPT, SET_ONCE, UNCONTENDED,
+    COMPLETES, EXCLUSIVE, FENCED, GIVES_BACK, HEEDS_WANT, LockModel, NOT_LOCKED_OUT, NOTHING_LOST,
+    ONE_HOLDER, RECOVERS, SET_DONE, SET_KEPT, SET_ONCE, UNCONTENDED,
 };
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -208,6 +208,22 @@ fn fenced_with_kept_grants() {
         },
     );
     assert!(checker.discovery(GIVES_BACK).is_some());
+}
+
+/// A client keeps its grant between two updates while the other waits for it and says so (a
+/// `want` row): the keeper's next update renews past half the lease, sees the want, and gives
+/// the grant back after writing instead of keeping it (`HEEDS_WANT`: with `Update::heed`
+/// removed, no run shows it).
+#[test]
+fn fenced_with_a_waiter_wanting_a_kept_grant() {
+    let checker = holds(
+        "linger, a waiter",
+        LockModel {
+            horizon: 4,
+            ..linger()
+        },
+    );
+    assert!(checker.discovery(HEEDS_WANT).is_some());
 }
 
 /// Clocks off by the margin, with renewals of kept grants and a lost response. Wide: 4.4 M

@@ -138,6 +138,86 @@ async fn one_server_checks_its_tables_and_migrate_validates_them() {
     assert!(b.get("id").await.unwrap().is_some());
 }
 
+/// The type of the lock log's `event` column, as the server has it.
+fn event_type(table: &TestTable) -> String {
+    table
+        .target
+        .must(&format!(
+            "SELECT type FROM system.columns WHERE database = '{}' AND table = '{}_lock_log' \
+             AND name = 'event'",
+            integration_tests::SCHEMA,
+            table.name
+        ))
+        .trim()
+        // TabSeparated escapes the quotes.
+        .replace("\\'", "'")
+}
+
+/// Creates the table's schema as an older version did: a lock log without the `want` event
+/// (the key column's type can gain values, never lose them, so it is made old from the start).
+fn older_schema(table: &TestTable) -> String {
+    let config = Config::parse(&table.target.uri(), &table.settings()).unwrap();
+    let sql = Statements::new(&config);
+    let older = "Enum8('acquire' = 1, 'renew' = 2, 'release' = 3, 'force' = 4)";
+    let log = sql.create_lock_log_table().sql;
+    assert!(log.contains(", 'want' = 5)"), "{log}");
+    for ddl in [
+        sql.create_schema().sql,
+        sql.create_state_table().sql,
+        sql.create_lock_table().sql,
+        log.replace(", 'want' = 5)", ")"),
+    ] {
+        table.target.must(&ddl);
+    }
+    assert_eq!(event_type(table), older);
+    older.to_string()
+}
+
+/// A lock log created by an older version, without the `want` event: `migrate` adds it.
+#[tokio::test]
+async fn migrate_gives_an_older_lock_log_the_want_event() {
+    let table = TestTable::new("older_migrated");
+    older_schema(&table);
+    table.open().await.migrate().await.expect("migrate");
+    assert!(
+        event_type(&table).ends_with(", 'want' = 5)"),
+        "{}",
+        event_type(&table)
+    );
+}
+
+/// And so does the first waiter whose `want` row the older log refuses, so that a keeper can
+/// heed it without anyone running `migrate` (Meltano never does).
+#[tokio::test]
+async fn a_waiter_gives_an_older_lock_log_the_want_event() {
+    let table = TestTable::new("older_waited");
+    older_schema(&table);
+    let mut holder = table.open().await;
+    // An older log is read as before: `want` is no value of its `event`.
+    holder
+        .set(&State::completed("id", "{}"))
+        .await
+        .expect("set");
+    let lock = holder.acquire_lock("id").await.expect("lock");
+    assert!(holder.lock_info("id").await.expect("info").is_some());
+    let mut waiter = table
+        .open_with(&[("lock_timeout_seconds", "1"), ("lock_retry_seconds", "0.2")])
+        .await;
+    let waited = waiter.update(&State::partial("id", r#"{"a":1}"#)).await;
+    assert!(matches!(waited, Err(Error::Locked(_))), "{waited:?}");
+    assert!(
+        event_type(&table).ends_with(", 'want' = 5)"),
+        "{}",
+        event_type(&table)
+    );
+    let wants = table.target.must(&format!(
+        "SELECT count() FROM {}_lock_log WHERE event = 'want' AND generation = 0",
+        table.qualified()
+    ));
+    assert_eq!(wants.trim(), "1", "the waiter's want landed, once");
+    holder.release(lock).await.expect("release");
+}
+
 // -- the settings each deployment kind sends ------------------------------------------------
 
 /// A row of another id than the one whose version the test checks.

@@ -44,16 +44,30 @@ fn random_log(state_id: &str, seed: &mut u64) -> Vec<LogEntry> {
                 Event::Renew,
                 Event::Release,
                 Event::Force,
-            ][(splitmix64(seed) % 5) as usize];
-            LogEntry {
+                Event::Want,
+            ][(splitmix64(seed) % 6) as usize];
+            let generation = 1 + splitmix64(seed) % 4;
+            let entry = LogEntry {
                 state_id: state_id.to_string(),
-                generation: 1 + splitmix64(seed) % 4,
+                generation,
                 event,
                 owner: ["a", "b", "c"][(splitmix64(seed) % 3) as usize].to_string(),
                 at_ms: at,
                 until_ms: splitmix64(seed) % 40,
                 floor_ms: splitmix64(seed) % 20,
+            };
+            if event == Event::Want {
+                // A waiter's row, as `fenced::want` makes it: in generation 0.
+                let holder = clickhouse_state::error::LockInfo {
+                    state_id: state_id.to_string(),
+                    owner: String::new(),
+                    token: generation,
+                    acquired_at_ms: 0,
+                    expires_at_ms: 0,
+                };
+                return fenced::want(&holder, at);
             }
+            entry
         })
         .collect()
 }

@@ -116,6 +116,10 @@ fn send<T: Transport, H: Host>(exec: &Exec<T, H>, statement: &Statement) -> Resu
             state_id,
             generation,
         } => Answer::Claims(exec.fetch(&exec.sql.log_claims(state_id, *generation, true))?),
+        Statement::Append(entry) if entry.event == fenced::Event::Want => {
+            fenced::say_wanted(exec, entry)?;
+            Answer::Appended
+        }
         Statement::Append(entry) => {
             fenced::append(exec, entry)?;
             Answer::Appended

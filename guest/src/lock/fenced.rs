@@ -30,7 +30,7 @@ use crate::error::{Error, LockInfo, Result};
 use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
 use crate::rows;
-pub use crate::rows::{Claim, Newest, Outlook};
+pub use crate::rows::{Claim, Event, Newest, Outlook};
 pub use crate::sql::Guard;
 
 /// Old generations are pruned once in this many grants.
@@ -158,16 +158,6 @@ pub fn near_lease_end(now_ms: u64, lease_until_ms: u64, lease_ms: u64) -> bool {
     now_ms.saturating_add(lease_margin_ms(lease_ms)) >= lease_until_ms
 }
 
-/// What a row of the lock log records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Event {
-    Acquire,
-    Renew,
-    Release,
-    Force,
-}
-
 /// One row of the lock log.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct LogEntry {
@@ -190,6 +180,7 @@ impl LogEntry {
             Event::Renew => format!("renew/{g}/{}/{owner}/{id}", self.until_ms),
             Event::Release => format!("release/{g}/{owner}/{id}"),
             Event::Force => format!("force/{g}/{owner}/{id}"),
+            Event::Want => format!("want/{}/{id}", self.until_ms),
         }
     }
 }
@@ -222,7 +213,7 @@ pub fn entry(lock: &LockHandle, event: Event, at_ms: u64) -> LogEntry {
         Event::Acquire | Event::Renew => lock.lease_until_ms,
         // The release cap: no version above what this grant wrote will come from it.
         Event::Release => lock.last_written_ms,
-        Event::Force => 0,
+        Event::Force | Event::Want => 0,
     };
     LogEntry {
         state_id: lock.state_id.clone(),
@@ -246,7 +237,33 @@ pub fn released(lock: &LockHandle) -> Newest {
         released: 1,
         release_cap_ms: lock.last_written_ms,
         forced: 0,
+        wanted: 0,
     }
+}
+
+/// The row by which a waiter says, at `now_ms`, that it waits for `holder` (the newest
+/// generation, held): the holder gives back a kept grant when it sees one. It is a hint, sent
+/// once per holder and never retried, and it decides nothing. It names no waiter: one want of a
+/// generation says all there is to say, so the wants of several waiters share a token and land
+/// once. It goes in generation 0, which no grant has, so that no read of a generation, its
+/// claims or the guard ever meets it, with the generation it wants in `until_ms`
+/// ([`wanted_generation`]). Pruning drops it with the old generations. It only lands on a log
+/// whose `event` column knows it (`say_wanted`).
+pub fn want(holder: &LockInfo, now_ms: u64) -> LogEntry {
+    LogEntry {
+        state_id: holder.state_id.clone(),
+        generation: 0,
+        event: Event::Want,
+        owner: String::new(),
+        at_ms: now_ms,
+        until_ms: holder.token,
+        floor_ms: 0,
+    }
+}
+
+/// The generation a `want` row asks for.
+pub fn wanted_generation(entry: &LogEntry) -> Option<u64> {
+    (entry.event == Event::Want).then_some(entry.until_ms)
 }
 
 /// What `Statements::log_state` folds from an id's lock log: its newest generation (generation
@@ -261,6 +278,10 @@ pub fn fold<'a>(log: impl Iterator<Item = &'a LogEntry> + Clone) -> Newest {
     if generation == 0 {
         return folded;
     }
+    folded.wanted = u8::from(
+        log.clone()
+            .any(|e| wanted_generation(e) == Some(generation)),
+    );
     let mut first_claim: Option<&LogEntry> = None;
     for entry in log.filter(|e| e.generation == generation) {
         match entry.event {
@@ -277,6 +298,8 @@ pub fn fold<'a>(log: impl Iterator<Item = &'a LogEntry> + Clone) -> Newest {
                 folded.release_cap_ms = folded.release_cap_ms.max(entry.until_ms);
             }
             Event::Force => folded.forced = 1,
+            // In generation 0: never the newest (see `want`).
+            Event::Want => {}
         }
     }
     if let Some(first) = first_claim {
@@ -326,6 +349,23 @@ pub(crate) fn append<T: Transport, H: Host>(exec: &Exec<T, H>, entry: &LogEntry)
     data.push(b'\n');
     exec.run(&exec.sql.log_insert(data, &entry.token()))
         .map(drop)
+}
+
+/// Appends a `want` row (`want`): one try, no retry. A lock log created by an older version
+/// lacks the event; it gains it (as `migrate` would) and the row goes once more.
+pub(crate) fn say_wanted<T: Transport, H: Host>(exec: &Exec<T, H>, row: &LogEntry) -> Result<()> {
+    let once = || exec.retrying_until(exec.host.now_ms(), || append(exec, row));
+    match once() {
+        Err(Error::Server(e)) if e.name == "UNKNOWN_ELEMENT_OF_ENUM" => {
+            exec.host.log(
+                Level::Info,
+                "the lock log lacks the `want` event: adding it (as `migrate` does)",
+            );
+            exec.run(&exec.sql.lock_log_events())?;
+            once()
+        }
+        other => other,
+    }
 }
 
 pub(crate) fn attempt<T: Transport, H: Host>(
@@ -664,7 +704,50 @@ mod tests {
             released: released as u8,
             release_cap_ms: cap,
             forced: forced as u8,
+            wanted: 0,
         }
+    }
+
+    /// A `want` marks the generation it names, once that is the newest, and is never a
+    /// generation itself: the newest generation, the claims and the fold's other columns are
+    /// what they are without it.
+    #[test]
+    fn a_want_marks_the_generation_it_names_and_is_never_a_generation() {
+        let acquire = |generation| LogEntry {
+            state_id: "s".into(),
+            generation,
+            event: Event::Acquire,
+            owner: "a".into(),
+            at_ms: 1,
+            until_ms: 10,
+            floor_ms: 0,
+        };
+        let wants = |token| {
+            let holder = LockInfo {
+                state_id: "s".into(),
+                owner: "a".into(),
+                token,
+                acquired_at_ms: 1,
+                expires_at_ms: 10,
+            };
+            want(&holder, 5)
+        };
+        let mut log = vec![acquire(1), acquire(2), wants(1)];
+        let before = fold(log[..2].iter());
+        assert_eq!(fold(log.iter()), before, "a want for an older generation");
+        log.push(wants(2));
+        let after = fold(log.iter());
+        assert_eq!((after.generation, after.wanted), (2, 1));
+        assert_eq!(Newest { wanted: 0, ..after }, before);
+        assert_eq!(
+            claims_on(log.iter(), 2, None),
+            claims_on(log[..2].iter(), 2, None)
+        );
+        assert_eq!(
+            fold([wants(3)].iter()).generation,
+            0,
+            "wants alone: never locked"
+        );
     }
 
     #[test]

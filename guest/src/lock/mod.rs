@@ -56,6 +56,8 @@ pub struct Kept {
     pub handle: LockHandle,
     pub basis: Option<StoredRow>,
     pub last_used_ms: u64,
+    /// When `idle` last looked in the log whether another instance wants the grant.
+    pub checked_ms: u64,
 }
 
 /// What the lock remembers of one state id between calls.
@@ -80,9 +82,8 @@ impl Memory {
     /// Whether another instance wrote the id lately: an `update` of this one waited for it or
     /// lost a claim to it less than a lease ago, or has found its generations the newest since.
     /// `update` then keeps no grant (linger) and reads the log before it claims: a kept grant
-    /// would make the other wait for the whole linger, since nothing tells an idle keeper that
-    /// someone waits (a waiter's pause leaves nothing in the log), and a claim without reading
-    /// would follow a generation that is no longer the newest.
+    /// would make the other wait until the keeper sees its `want` (a look or a renewal away),
+    /// and a claim without reading would follow a generation that is no longer the newest.
     pub fn shared(&self, now_ms: u64) -> bool {
         now_ms < self.shared_until_ms
     }
@@ -138,12 +139,32 @@ impl Locks {
             .collect()
     }
 
-    /// When the earliest kept grant was last used.
-    pub(crate) fn earliest_kept(&self) -> Option<u64> {
+    /// The ids whose kept grant nobody has used or looked at for `every_ms`.
+    fn kept_unlooked(&self, now_ms: u64, every_ms: u64) -> Vec<String> {
+        self.ids
+            .borrow()
+            .iter()
+            .filter(|(_, m)| {
+                m.kept.as_ref().is_some_and(|k| {
+                    k.last_used_ms.max(k.checked_ms).saturating_add(every_ms) <= now_ms
+                })
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// When `idle` is due next: a kept grant's linger ends, or it is time to look whether it
+    /// is wanted.
+    fn next_idle(&self, linger_ms: u64, look_ms: u64) -> Option<u64> {
         self.ids
             .borrow()
             .values()
-            .filter_map(|m| m.kept.as_ref().map(|k| k.last_used_ms))
+            .filter_map(|m| m.kept.as_ref())
+            .map(|k| {
+                let ends = k.last_used_ms.saturating_add(linger_ms);
+                let look = k.last_used_ms.max(k.checked_ms).saturating_add(look_ms);
+                ends.min(look)
+            })
             .min()
     }
 }
@@ -209,6 +230,16 @@ pub fn pause<T: Transport, H: Host>(
     let pause = wait
         .pause_ms(holder.token, exec.config.lock_retry_ms, jitter)
         .clamp(1, deadline - now);
+    if exec.config.lock_mode == LockMode::Fenced && wait.should_want(holder.token) {
+        // A hint for a keeper (see `idle`): one try, and its failure changes nothing.
+        let row = fenced::want(&holder, now);
+        if let Err(e) = fenced::say_wanted(exec, &row) {
+            exec.host.log(
+                Level::Debug,
+                &format!("saying that the lock of {state_id:?} is wanted failed: {e}"),
+            );
+        }
+    }
     exec.host.sleep_ms(pause);
     Ok(())
 }
@@ -312,8 +343,13 @@ pub fn write_version<T: Transport, H: Host>(
     Ok(version)
 }
 
-/// Releases the grants `update` kept that were idle for the linger (all of them with `all`);
-/// returns when the next one falls due, if any is left.
+/// Releases the grants `update` kept that were idle for the linger, or that another instance
+/// wants (all of them with `all`); returns when to be called next, if any grant is left.
+///
+/// A grant idle for a retry interval (`lock_retry_seconds`) is looked up in the log once per
+/// interval: a waiter that found it held appended a `want` row (`fenced::want`), and it is given
+/// back at once, so that the waiter waits about one interval rather than the linger. A stream
+/// faster than the interval never looks (its renewals read the log instead; see `update`).
 pub fn idle<T: Transport, H: Host>(
     exec: &Exec<T, H>,
     locks: &Locks,
@@ -321,7 +357,32 @@ pub fn idle<T: Transport, H: Host>(
 ) -> Result<Option<u64>> {
     let now = exec.host.now_ms();
     let linger = exec.config.lock_linger_ms;
-    let due = locks.take_kept((!all).then(|| now.saturating_sub(linger)));
+    let look = exec.config.lock_retry_ms.max(1);
+    let mut wanted = Vec::new();
+    if !all {
+        for state_id in locks.kept_unlooked(now, look) {
+            // A look, not a decision: one try, no retry.
+            let newest = exec.retrying_until(now, || fenced::newest(exec, &state_id));
+            locks.with(&state_id, |m| {
+                let Some(kept) = m.kept.as_mut() else { return };
+                kept.checked_ms = now;
+                match &newest {
+                    Ok(n) if n.wanted != 0 || !n.still_held_by(&kept.handle) => {
+                        m.shared_until_ms =
+                            now.saturating_add(update::Limits::of(&exec.config).lease_ms);
+                        wanted.extend(m.kept.take());
+                    }
+                    Ok(_) => {}
+                    Err(e) => exec.host.log(
+                        Level::Debug,
+                        &format!("looking whether the lock of {state_id:?} is wanted failed: {e}"),
+                    ),
+                }
+            });
+        }
+    }
+    let mut due = locks.take_kept((!all).then(|| now.saturating_sub(linger)));
+    due.extend(wanted);
     let mut first_error = None;
     for kept in due {
         if let Err(e) = release_kept_grant(exec, locks, kept) {
@@ -335,7 +396,7 @@ pub fn idle<T: Transport, H: Host>(
     if let Some(e) = first_error {
         return Err(e);
     }
-    Ok(locks.earliest_kept().map(|t| t.saturating_add(linger)))
+    Ok(locks.next_idle(linger, look))
 }
 
 /// Releases the kept grant of one id, if any (before the instance takes its lock another way).
@@ -357,6 +418,10 @@ fn release_kept_grant<T: Transport, H: Host>(
     kept: Kept,
 ) -> Result<()> {
     fenced::release(exec, locks, &kept.handle)?;
+    exec.host.log(
+        Level::Debug,
+        &format!("gave back the kept lock of {:?}", kept.handle.state_id),
+    );
     if let Some(written) = kept.basis {
         locks.with(&kept.handle.state_id, |m| m.last_written = Some(written));
     }

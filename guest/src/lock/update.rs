@@ -345,6 +345,10 @@ enum Phase {
         handle: LockHandle,
         error: Error,
     },
+    /// The `want` row for the holder is on its way; then this pause.
+    Wanting {
+        pause_ms: u64,
+    },
     Pausing,
     Done,
 }
@@ -425,6 +429,7 @@ impl Update {
 
     /// Takes the answer to the last step.
     pub fn answer(&mut self, answer: Answer, env: &mut impl Env) -> Step {
+        self.heed(&answer, env.now_ms());
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         match (phase, answer) {
             (Phase::HandingBack { kept }, Answer::Appended) => {
@@ -550,6 +555,17 @@ impl Update {
                 );
                 self.finish(Err(error))
             }
+            (Phase::Wanting { pause_ms }, Answer::Appended) => self.pause(pause_ms),
+            (Phase::Wanting { pause_ms }, Answer::Failed(e)) => {
+                env.log(
+                    Level::Debug,
+                    &format!(
+                        "saying that the lock of {:?} is wanted failed: {e}",
+                        self.state_id
+                    ),
+                );
+                self.pause(pause_ms)
+            }
             (Phase::Pausing, Answer::Resumed) => self.prepare(env),
             (_, answer) => self.finish(Err(unexpected(&answer))),
         }
@@ -638,6 +654,7 @@ impl Update {
             handle: ready.handle,
             basis: ready.basis,
             last_used_ms: env.now_ms(),
+            checked_ms: env.now_ms(),
         };
         self.hand_back(kept, env)
     }
@@ -697,6 +714,7 @@ impl Update {
                         handle,
                         basis,
                         last_used_ms: env.now_ms(),
+                        checked_ms: env.now_ms(),
                     });
                     self.finish(Err(e))
                 }
@@ -743,6 +761,20 @@ impl Update {
             (mine.generation, &mine.owner) == (newest.generation, &newest.owner)
         });
         if self.memory.shared(now) && !own {
+            self.share(now);
+        }
+    }
+
+    /// A newest generation that another instance wants (a `want` row, written by a waiter) means
+    /// the id is shared: a keeper that reads it (renewing, confirming) gives its grant back after
+    /// this update instead of keeping it, so that the waiter does not wait out the linger, or
+    /// the whole stream.
+    fn heed(&mut self, answer: &Answer, now: u64) {
+        let newest = match answer {
+            Answer::Newest(newest) | Answer::Outlook(Outlook { newest, .. }) => newest,
+            _ => return,
+        };
+        if newest.wanted != 0 {
             self.share(now);
         }
     }
@@ -800,6 +832,7 @@ impl Update {
                 handle: ready.handle,
                 basis: ready.basis,
                 last_used_ms: now,
+                checked_ms: now,
             };
             return self.hand_back(kept, env);
         }
@@ -953,6 +986,7 @@ impl Update {
                 handle: ready.handle,
                 basis: Some(row),
                 last_used_ms: now,
+                checked_ms: now,
             });
             return self.finish(Ok(()));
         }
@@ -1014,8 +1048,21 @@ impl Update {
             .wait
             .pause_ms(holder.token, self.limits.retry_ms, jitter)
             .clamp(1, self.deadline_ms - now);
+        if self.wait.should_want(holder.token) {
+            let row = fenced::want(&holder, now);
+            self.phase = Phase::Wanting { pause_ms: pause };
+            // A hint: one try, no retry (it must not delay the wait it announces).
+            return Step::Send {
+                statement: Statement::Append(row),
+                retry_until_ms: Some(now),
+            };
+        }
+        self.pause(pause)
+    }
+
+    fn pause(&mut self, pause_ms: u64) -> Step {
         self.phase = Phase::Pausing;
-        Step::Pause(pause)
+        Step::Pause(pause_ms)
     }
 
     /// The state to write: the update merged into `basis` (see [`merged`]).
@@ -1235,8 +1282,9 @@ mod tests {
             newest: rival(5, env.now + 9_000),
             stored: None,
         };
+        let step = update.answer(Answer::Outlook(taken), &mut env);
         assert!(matches!(
-            update.answer(Answer::Outlook(taken), &mut env),
+            past_want(&mut update, step, &mut env),
             Step::Pause(_)
         ));
     }
@@ -1303,8 +1351,9 @@ mod tests {
             newest: rival(3, env.now + 5_000),
             stored: None,
         };
+        let step = update.answer(Answer::Outlook(outlook), &mut env);
         assert!(matches!(
-            update.answer(Answer::Outlook(outlook), &mut env),
+            past_want(&mut update, step, &mut env),
             Step::Pause(_)
         ));
         assert!(update.memory().shared(env.now));
@@ -1414,8 +1463,9 @@ mod tests {
             newest: rival(4, env.now + 5_000),
             stored: None,
         };
+        let step = update.answer(Answer::Outlook(held_by_rival), &mut env);
         assert!(matches!(
-            update.answer(Answer::Outlook(held_by_rival), &mut env),
+            past_want(&mut update, step, &mut env),
             Step::Pause(_)
         ));
     }
@@ -1459,6 +1509,7 @@ mod tests {
                 handle,
                 basis,
                 last_used_ms: 0,
+                checked_ms: 0,
             }),
             ..Memory::default()
         }
@@ -1466,6 +1517,21 @@ mod tests {
 
     fn row(version: u64) -> StoredRow {
         (Some("{}".into()), Some("{\"v\":1}".into()), version)
+    }
+
+    /// A waiter says it wants the grant it waits for, once, before its pause: the step after
+    /// that row.
+    fn past_want(update: &mut Update, step: Step, env: &mut impl Env) -> Step {
+        match &step {
+            Step::Send {
+                statement: Statement::Append(row),
+                retry_until_ms,
+            } if row.event == Event::Want => {
+                assert_eq!(*retry_until_ms, Some(env.now_ms()), "a hint is not retried");
+                update.answer(Answer::Appended, env)
+            }
+            _ => step,
+        }
     }
 
     fn sent(step: &Step) -> &Statement {
@@ -1561,6 +1627,71 @@ mod tests {
             let step = update.start(&mut env);
             assert_eq!(write_of(&step).0, env.now, "{left} ms left");
         }
+    }
+
+    /// A stream's renewal that finds its grant wanted (another instance appended a `want` row
+    /// while it waited) writes, then gives the grant back instead of keeping it: the waiter
+    /// gets the id after this update, not after the stream.
+    #[test]
+    fn a_kept_grant_found_wanted_is_given_back_after_the_write() {
+        let mut env = clock();
+        let handle = grant(5, env.now + 4_000);
+        let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
+        let wanted = Newest {
+            wanted: 1,
+            ..held(&handle)
+        };
+        update.start(&mut env);
+        let step = update.answer(Answer::Newest(wanted.clone()), &mut env);
+        assert_eq!(append_of(&step).event, Event::Renew);
+        update.answer(Answer::Appended, &mut env);
+        let step = update.answer(Answer::Newest(wanted), &mut env);
+        write_of(&step);
+        let step = update.answer(Answer::Written(Some(1)), &mut env);
+        assert_eq!(append_of(&step).event, Event::Release, "{step:?}");
+        assert_eq!(
+            update.answer(Answer::Appended, &mut env),
+            Step::Done(Ok(()))
+        );
+        let memory = update.into_memory();
+        assert!(memory.kept.is_none());
+        assert!(memory.shared(env.now));
+    }
+
+    /// A waiter says once per holder that it wants the lock, and only then pauses; the row
+    /// names the holder's generation, and its failure does not end the wait.
+    #[test]
+    fn a_waiter_wants_each_holder_once() {
+        let mut env = clock();
+        let mut update = update_with(Memory::default(), &env);
+        update.start(&mut env);
+        let until = env.now + 60_000;
+        let held = |token| Outlook {
+            newest: rival(token, until),
+            stored: None,
+        };
+        let step = update.answer(Answer::Outlook(held(6)), &mut env);
+        let want = append_of(&step);
+        assert_eq!(
+            (fenced::wanted_generation(&want), want.generation),
+            (Some(6), 0),
+            "generation 6 wanted, in generation 0 (never a grant's)"
+        );
+        assert_eq!(want.state_id, "s");
+        let failed = Error::Unreachable("down".into());
+        assert!(matches!(
+            update.answer(Answer::Failed(failed), &mut env),
+            Step::Pause(_)
+        ));
+        update.answer(Answer::Resumed, &mut env);
+        let step = update.answer(Answer::Outlook(held(6)), &mut env);
+        assert!(
+            matches!(step, Step::Pause(_)),
+            "the same holder again: {step:?}"
+        );
+        update.answer(Answer::Resumed, &mut env);
+        let step = update.answer(Answer::Outlook(held(7)), &mut env);
+        assert_eq!(fenced::wanted_generation(&append_of(&step)), Some(7));
     }
 
     /// A renewal whose renew row landed after a later generation was claimed (the holder
@@ -1712,6 +1843,7 @@ mod tests {
             stored: Some(row(99_000)),
         };
         let step = update.answer(Answer::Outlook(later), &mut env);
+        let step = past_want(&mut update, step, &mut env);
         assert!(matches!(step, Step::Pause(_)), "{step:?}");
 
         let (mut update, handle, _) = refused_kept_write(&mut env);
@@ -1837,6 +1969,13 @@ mod tests {
         let mut pauses = vec![];
         loop {
             match step {
+                Step::Send {
+                    statement: Statement::Append(ref want),
+                    ..
+                } => {
+                    assert_eq!(fenced::wanted_generation(want), Some(6));
+                    step = update.answer(Answer::Appended, &mut env);
+                }
                 Step::Send { .. } => {
                     let outlook = Outlook {
                         newest: holder.clone(),

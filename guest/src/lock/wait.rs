@@ -15,6 +15,9 @@
 //!
 //! Jitter (80–120 %) keeps waiters from trying in lockstep. The caller's deadline caps every
 //! pause.
+//!
+//! Before its first pause for a grant, a waiter appends a `want` row for it (fenced mode,
+//! `fenced::want`): a keeper that sees it gives a kept grant back instead of lingering.
 
 /// The interval grows to at most `2^MAX_DOUBLINGS` times the retry interval.
 pub const MAX_DOUBLINGS: u32 = 3;
@@ -25,9 +28,18 @@ pub struct Wait {
     /// The grant (fencing token) that held the lock at the previous try.
     last_holder: Option<u64>,
     doublings: u32,
+    /// The grant this waiter last said it wants (`fenced::want`).
+    wanted: Option<u64>,
 }
 
 impl Wait {
+    /// Whether to tell grant `holder` that this waiter wants the lock: once per grant.
+    pub fn should_want(&mut self, holder: u64) -> bool {
+        let first = self.wanted != Some(holder);
+        self.wanted = Some(holder);
+        first
+    }
+
     /// The pause after a try that found grant `holder` holding the lock: `retry_ms` scaled by
     /// what the waiter has seen, then by `jitter_percent` (80 to 120).
     pub fn pause_ms(&mut self, holder: u64, retry_ms: u64, jitter_percent: u64) -> u64 {
@@ -61,6 +73,14 @@ mod tests {
         // The same holder twice: a long hold, so back to the plain interval.
         assert_eq!(wait.pause_ms(6, 100, 100), 100);
         assert_eq!(wait.pause_ms(7, 100, 100), 200);
+    }
+
+    #[test]
+    fn a_grant_is_wanted_once() {
+        let mut wait = Wait::default();
+        assert!(wait.should_want(3));
+        assert!(!wait.should_want(3));
+        assert!(wait.should_want(4));
     }
 
     #[test]

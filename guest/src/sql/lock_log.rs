@@ -6,13 +6,14 @@ use crate::rows;
 impl Statements {
     /// The newest generation of an id, folded into one row (none when the id was never locked):
     /// `{"generation", "holder", "acquired_at", "lease_until", "grant_floor", "released",
-    /// "release_cap", "forced"}` (times in unix milliseconds).
+    /// "release_cap", "forced", "wanted"}` (times in unix milliseconds).
     pub fn log_state(&self, state_id: &str) -> Read<rows::Newest> {
         Query::new(format!(
-            "SELECT generation, {NEWEST_FOLD} FROM {log} WHERE state_id = {{id:String}} \
+            "SELECT generation, {NEWEST_FOLD}, {wanted} FROM {log} WHERE state_id = {{id:String}} \
              AND generation = (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) \
              GROUP BY generation FORMAT JSONEachRow",
-            log = self.log
+            log = self.log,
+            wanted = self.wanted_column()
         ))
         .param("id", state_id)
         .deciding()
@@ -26,17 +27,31 @@ impl Statements {
         Query::new(format!(
             // No GROUP BY: one row even for an id never locked (its aggregates are zeros).
             // The table is aliased so that `l.generation` is the column, not the result.
-            "SELECT max(l.generation) AS generation, {NEWEST_FOLD}{stored} FROM {log} AS l \
+            "SELECT max(l.generation) AS generation, {NEWEST_FOLD}, {wanted}{stored} FROM {log} AS l \
              WHERE l.state_id = {{id:String}} \
              AND l.generation = (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) \
              FORMAT JSONEachRow",
             log = self.log,
+            wanted = self.wanted_column(),
             stored = self.stored_column()
         ))
         .param("id", state_id)
         .deciding()
         .one_row_of_nothing()
         .read()
+    }
+
+    /// A column `wanted`: whether a waiter asked for the newest generation of `{id}` (a `want`
+    /// row, in generation 0 with the generation it wants in `until_ms`; see `fenced::want`).
+    /// The event is compared as text: a log created by an older version has no `want` value in
+    /// its `Enum8`, and a literal of it there would fail the whole read.
+    fn wanted_column(&self) -> String {
+        format!(
+            "(SELECT count() > 0 FROM {log} WHERE state_id = {{id:String}} AND generation = 0 \
+             AND toString(event) = 'want' AND until_ms = (SELECT max(generation) FROM {log} \
+             WHERE state_id = {{id:String}})) AS wanted",
+            log = self.log
+        )
     }
 
     /// A column `stored` with the stored state of `{id}`: `[[partial, completed, version]]`,

@@ -1,7 +1,16 @@
 //! What `migrate` creates, per deployment kind, and the check of what exists.
 
 use super::{Query, Read, Statements};
-use crate::rows;
+use crate::rows::{self, Event};
+
+/// The lock log's `event` column type, from [`Event::ALL`].
+fn event_type() -> String {
+    let values: Vec<String> = Event::ALL
+        .iter()
+        .map(|(_, name, number)| format!("'{name}' = {number}"))
+        .collect();
+    format!("Enum8({})", values.join(", "))
+}
 
 /// Where a Replicated table keeps its replication log in Keeper: the server's default path,
 /// written out (`{uuid}` is one UUID for all replicas under ON CLUSTER).
@@ -18,6 +27,7 @@ impl Statements {
             self.create_state_table(),
             self.create_lock_table(),
             self.create_lock_log_table(),
+            self.lock_log_events(),
         ]
     }
 
@@ -75,12 +85,23 @@ impl Statements {
         };
         Query::new(format!(
             "CREATE TABLE IF NOT EXISTS {}{} (state_id String, generation UInt64, \
-             event Enum8('acquire' = 1, 'renew' = 2, 'release' = 3, 'force' = 4), \
-             owner String, at_ms UInt64, until_ms UInt64, floor_ms UInt64) \
+             event {}, owner String, at_ms UInt64, until_ms UInt64, floor_ms UInt64) \
              ENGINE = {} ORDER BY (state_id, generation, event, owner){settings}",
             self.log,
             self.on_cluster,
+            event_type(),
             self.engine("MergeTree", "")
+        ))
+    }
+
+    /// Gives a lock log created by an older version every event of this one (Enum8 values added
+    /// at the end: a change of metadata only; a no-op when the column has them already).
+    pub fn lock_log_events(&self) -> Query {
+        Query::new(format!(
+            "ALTER TABLE {}{} MODIFY COLUMN event {}",
+            self.log,
+            self.on_cluster,
+            event_type()
         ))
     }
 

@@ -101,8 +101,9 @@ LOCK_LINGER_SECONDS = _setting(
     "lock_linger_seconds",
     SettingKind.STRING,
     "Fenced mode: an update keeps the lock of its state id for the next update (which then "
-    "costs one round trip) and gives it back once idle this long; not for a lease after it "
-    "met another writer of the id (default 0 (5 when served, as for Meltano))",
+    "costs one round trip) and gives it back once idle this long, or as soon as another "
+    "process waits for it; not for a lease after it met another writer of the id (default 0 "
+    "(5 when served, as for Meltano))",
 )
 LOCK_SETTLE_SECONDS = _setting(
     "lock_settle_seconds",
