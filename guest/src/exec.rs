@@ -42,6 +42,8 @@ pub struct Exec<T, H> {
     /// While a call writes under a lock: the time its retries must not pass (see
     /// [`Exec::retrying_until`]).
     retry_bound_ms: Cell<Option<u64>>,
+    /// `add_lock_log_events` ran (or was tried) on this instance.
+    events_added: Cell<bool>,
 }
 
 impl<T: Transport, H: Host> Exec<T, H> {
@@ -54,6 +56,7 @@ impl<T: Transport, H: Host> Exec<T, H> {
             checked: Cell::new(false),
             consistency: Cell::new(Consistency::assumed(&config)),
             retry_bound_ms: Cell::new(None),
+            events_added: Cell::new(false),
             config,
         })
     }
@@ -172,14 +175,42 @@ impl<T: Transport, H: Host> Exec<T, H> {
         }
     }
 
-    /// Creates what is missing of the schema (every statement is `IF NOT EXISTS`), then checks
-    /// that the tables suit the deployment: tables an operator created work as they are.
+    /// Creates what is missing of the schema (every statement is `IF NOT EXISTS`), gives a lock
+    /// log created by an older version the events it lacks, then checks that the tables suit
+    /// the deployment: tables an operator created work as they are.
     pub fn migrate(&self) -> Result<()> {
         for statement in self.sql.migration() {
             self.client.execute(&statement)?;
         }
+        self.add_lock_log_events()?;
         // A user without the grants to see the tables in `system.tables` is not refused here.
         self.check_deployment().map(drop)
+    }
+
+    /// Adds the `want` event to a lock log created by an older version (`migrate`, and a waiter
+    /// whose `want` the log refused): once per instance, and only when `system.columns` says
+    /// the column lacks it, so that a current log is never altered.
+    pub fn add_lock_log_events(&self) -> Result<()> {
+        if self.events_added.replace(true) {
+            return Ok(());
+        }
+        let lacks = match self.run(&self.sql.lock_log_lacks_want()) {
+            Ok(body) => crate::rows::number(&body)? == 1,
+            // A user who may not read `system.columns`: the log stays as it is.
+            Err(Error::Unauthorized(_)) => false,
+            Err(e) => return Err(e),
+        };
+        if lacks {
+            self.host.log(
+                Level::Info,
+                &format!(
+                    "adding the `want` event to {}, created by an older version",
+                    self.config.lock_log_table()
+                ),
+            );
+            self.run(&self.sql.lock_log_events())?;
+        }
+        Ok(())
     }
 
     /// Looks at what the tables and the server are, once per instance; refuses a deployment

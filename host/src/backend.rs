@@ -84,12 +84,14 @@ macro_rules! call {
         let result = guest
             .$method(&mut $self.store, $self.handle $(, $arg)*)
             .await;
-        end_call(&mut $self.store, result)?.map_err(Error::from)
+        let result = end_call(&mut $self.store, result)?;
+        guest_result(&$self.store, result)
     }};
 }
 
 impl Backend {
     fn begin_call(&mut self) {
+        self.store.data().took_refusal();
         let limits = &mut self.store.data_mut().limits;
         limits.begin_call();
         limits.last_panic = None;
@@ -107,7 +109,8 @@ impl Backend {
             .store()
             .call_open(&mut store, uri, &settings)
             .await;
-        let handle = end_call(&mut store, opened)?.map_err(Error::from)?;
+        let opened = end_call(&mut store, opened)?;
+        let handle = guest_result(&store, opened)?;
         Ok(Backend {
             store,
             bindings,
@@ -183,7 +186,8 @@ impl Backend {
         self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
         let renewed = lock_api.call_renew(&mut self.store, lock.resource).await;
-        end_call(&mut self.store, renewed)?.map_err(Error::from)
+        let renewed = end_call(&mut self.store, renewed)?;
+        guest_result(&self.store, renewed)
     }
 
     /// Owner, token and lease of a held lock, as the guest sees it.
@@ -261,6 +265,15 @@ impl Backend {
 
 /// Ends a call: a trap becomes the error that says why (a panic with its message, the memory
 /// limit, the CPU budget, the call deadline), or the trap itself.
+/// The guest's answer as the host's, told apart by what the host saw during the call (see
+/// [`Error::with_refusal`]).
+fn guest_result<T>(
+    store: &Store<HostState>,
+    result: std::result::Result<T, wit::Error>,
+) -> Result<T> {
+    result.map_err(|e| Error::from(e).with_refusal(store.data().took_refusal()))
+}
+
 fn end_call<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R> {
     let limits = &mut store.data_mut().limits;
     limits.call_started = None;

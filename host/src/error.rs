@@ -15,6 +15,10 @@ pub enum Error {
     Unauthorized(String),
     #[error("unreachable: {0}")]
     Unreachable(String),
+    /// Unreachable because this host's egress policy refused the destination's address (a
+    /// `unreachable` error to the caller, whose `reason` says so): the fix is a setting.
+    #[error("unreachable: {0}")]
+    AddressRefused(String),
     #[error("timeout: {0}")]
     Timeout(String),
     #[error("{}", locked_message(.0))]
@@ -61,13 +65,31 @@ impl Error {
             Error::InvalidConfig(_) => "invalid-config",
             Error::InvalidInput(_) => "invalid-input",
             Error::Unauthorized(_) => "unauthorized",
-            Error::Unreachable(_) => "unreachable",
+            Error::Unreachable(_) | Error::AddressRefused(_) => "unreachable",
             Error::Timeout(_) => "timeout",
             Error::Locked(_) => "locked",
             Error::LockLost(_) => "lock-lost",
             Error::Server { .. } => "server",
             Error::Panicked(_) => "panicked",
             Error::Component(_) => "component",
+        }
+    }
+
+    /// Why, where the host knows more than the kind: `address-refused` when its own egress
+    /// policy refused the address (loopback, link-local, a private network, cloud metadata).
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            Error::AddressRefused(_) => Some("address-refused"),
+            _ => None,
+        }
+    }
+
+    /// This error, told apart by what the host saw during the call: `refused` when its egress
+    /// policy refused an address.
+    pub(crate) fn with_refusal(self, refused: bool) -> Self {
+        match self {
+            Error::Unreachable(m) if refused => Error::AddressRefused(m),
+            other => other,
         }
     }
 

@@ -30,6 +30,11 @@ impl HostState {
         Arc::clone(&self.clock)
     }
 
+    /// Whether the egress policy refused an address since the last time this was asked.
+    pub(crate) fn took_refusal(&self) -> bool {
+        self.egress.took_refusal()
+    }
+
     pub fn new(egress: OutgoingHook, clock: Arc<dyn Clock>, label: String, limits: Limits) -> Self {
         HostState {
             _registration: clock.register(),

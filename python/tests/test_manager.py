@@ -391,7 +391,7 @@ def test_a_refused_loopback_address_names_the_setting_that_allows_it(clickhouse,
     manager = make(**{**manager_kwargs, "allow_loopback": False})
     with pytest.raises(BackendError) as refused:
         manager.get("x")
-    assert refused.value.kind == "unreachable"
+    assert (refused.value.kind, refused.value.reason) == ("unreachable", "address-refused")
     assert "its address is refused" in str(refused.value)
     assert "state_backend.clickhouse.allow_loopback" in str(refused.value)
 
@@ -403,7 +403,7 @@ def test_refuse_private_refuses_a_private_clickhouse_before_connecting(manager_k
     manager = make(**{**manager_kwargs, "uri": uri, "refuse_private": True})
     with pytest.raises(BackendError) as refused:
         manager.get("x")
-    assert refused.value.kind == "unreachable"
+    assert (refused.value.kind, refused.value.reason) == ("unreachable", "address-refused")
     assert "its address is refused" in str(refused.value)
     assert "refuse_private" in str(refused.value)
     assert tripwire.trips() == ""

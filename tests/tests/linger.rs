@@ -235,11 +235,36 @@ async fn a_waiting_process_gets_a_kept_lock_at_the_keepers_next_look_not_after_t
     idler.await.expect("idler");
     let stored = waiter.get("stream").await.unwrap().unwrap();
     assert_eq!(bookmarks(&stored), json(r#"{"k1":1,"k2":2}"#));
+    // The waiter's want landed (the wants of one generation share a token: repeats would not
+    // show here; `a_waiter_wants_each_holder_once` counts them).
+    assert_eq!(count_wants(&table).await, 1);
+}
+
+/// A kept grant nobody wants survives the keeper's looks: each look is one read, and the grant
+/// stays kept (the next update is still one round trip).
+#[tokio::test]
+async fn a_kept_lock_nobody_wants_stays_kept_through_its_looks() {
+    let table = TestTable::new("unwanted_look");
+    let (mut b, requests) = counted(
+        &table,
+        &[("lock_linger_seconds", "60"), ("lock_retry_seconds", "0.1")],
+    )
+    .await;
+    b.update(&bookmark(0)).await.expect("first update");
+    requests.take();
+    // Real time: a look falls due once the grant has been idle a retry interval.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(b.idle().await.unwrap().is_some(), "still kept");
+    assert_eq!(requests.take(), 1, "one look");
+    assert!(b.idle().await.unwrap().is_some(), "still kept");
     assert_eq!(
-        count_wants(&table).await,
-        1,
-        "one want row: the waiter says it once per holder"
+        requests.take(),
+        0,
+        "not looked at again within the interval"
     );
+    b.update(&bookmark(1)).await.expect("update");
+    assert_eq!(requests.take(), 1, "the kept grant is written under");
+    b.close().await.expect("close");
 }
 
 /// Rows of the lock log that say a grant is wanted.

@@ -10,13 +10,21 @@ fn strict_runtime() -> Runtime {
     Runtime::load(&default_component_path(), RuntimeOptions::default()).expect("loads")
 }
 
+/// The message of a refusal of the destination's address by the egress policy, which the
+/// host tells apart from other failures to reach (`reason`: `address-refused`).
 async fn denial(runtime: &Runtime, uri: &str, options: InstanceOptions) -> String {
     let mut b = runtime
         .open_with(uri, vec![], options)
         .await
         .expect("opens");
     match b.get("x").await {
-        Err(Error::Unreachable(m)) => m,
+        Err(e @ Error::AddressRefused(_)) => {
+            assert_eq!(
+                (e.kind(), e.reason()),
+                ("unreachable", Some("address-refused"))
+            );
+            e.to_string()
+        }
         other => panic!("expected a denial, got {other:?}"),
     }
 }

@@ -354,15 +354,16 @@ pub(crate) fn append<T: Transport, H: Host>(exec: &Exec<T, H>, entry: &LogEntry)
 /// Appends a `want` row (`want`): one try, no retry. A lock log created by an older version
 /// lacks the event; it gains it (as `migrate` would) and the row goes once more.
 pub(crate) fn say_wanted<T: Transport, H: Host>(exec: &Exec<T, H>, row: &LogEntry) -> Result<()> {
-    let once = || exec.retrying_until(exec.host.now_ms(), || append(exec, row));
-    match once() {
+    let once = |f: &dyn Fn() -> Result<()>| exec.retrying_until(exec.host.now_ms(), f);
+    match once(&|| append(exec, row)) {
+        // Once per instance (`add_lock_log_events`), each statement one try; on a cluster
+        // (ON CLUSTER DDL can wait for every replica) that is `migrate`'s to do.
         Err(Error::Server(e)) if e.name == "UNKNOWN_ELEMENT_OF_ENUM" => {
-            exec.host.log(
-                Level::Info,
-                "the lock log lacks the `want` event: adding it (as `migrate` does)",
-            );
-            exec.run(&exec.sql.lock_log_events())?;
-            once()
+            if exec.config.cluster.is_some() {
+                return Err(Error::Server(e));
+            }
+            once(&|| exec.add_lock_log_events())?;
+            once(&|| append(exec, row))
         }
         other => other,
     }
@@ -739,10 +740,13 @@ mod tests {
         let after = fold(log.iter());
         assert_eq!((after.generation, after.wanted), (2, 1));
         assert_eq!(Newest { wanted: 0, ..after }, before);
-        assert_eq!(
-            claims_on(log.iter(), 2, None),
-            claims_on(log[..2].iter(), 2, None)
-        );
+        for generation in [1, 2] {
+            // Generation 1's previous generation is 0, where the wants are.
+            assert_eq!(
+                claims_on(log.iter(), generation, None),
+                claims_on(log[..2].iter(), generation, None)
+            );
+        }
         assert_eq!(
             fold([wants(3)].iter()).generation,
             0,

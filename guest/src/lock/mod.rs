@@ -139,14 +139,16 @@ impl Locks {
             .collect()
     }
 
-    /// The ids whose kept grant nobody has used or looked at for `every_ms`.
-    fn kept_unlooked(&self, now_ms: u64, every_ms: u64) -> Vec<String> {
+    /// The ids whose kept grant nobody has used or looked at for `every_ms`, and which its
+    /// linger does not give back anyway.
+    fn kept_unlooked(&self, now_ms: u64, every_ms: u64, linger_ms: u64) -> Vec<String> {
         self.ids
             .borrow()
             .iter()
             .filter(|(_, m)| {
                 m.kept.as_ref().is_some_and(|k| {
                     k.last_used_ms.max(k.checked_ms).saturating_add(every_ms) <= now_ms
+                        && k.last_used_ms.saturating_add(linger_ms) > now_ms
                 })
             })
             .map(|(id, _)| id.clone())
@@ -357,15 +359,18 @@ pub fn idle<T: Transport, H: Host>(
 ) -> Result<Option<u64>> {
     let now = exec.host.now_ms();
     let linger = exec.config.lock_linger_ms;
-    let look = exec.config.lock_retry_ms.max(1);
+    // Not more often than 10 times a second, whatever the retry interval.
+    let look = exec.config.lock_retry_ms.max(100);
     let mut wanted = Vec::new();
     if !all {
-        for state_id in locks.kept_unlooked(now, look) {
+        for state_id in locks.kept_unlooked(now, look, linger) {
             // A look, not a decision: one try, no retry.
             let newest = exec.retrying_until(now, || fenced::newest(exec, &state_id));
+            // From when the answer came: a slow look does not make the next one due at once.
+            let looked = exec.host.now_ms();
             locks.with(&state_id, |m| {
                 let Some(kept) = m.kept.as_mut() else { return };
-                kept.checked_ms = now;
+                kept.checked_ms = looked;
                 match &newest {
                     Ok(n) if n.wanted != 0 || !n.still_held_by(&kept.handle) => {
                         m.shared_until_ms =

@@ -110,9 +110,12 @@ impl Statements {
     }
 
     /// Drops the rows of generations older than `below` (they no longer decide anything).
+    /// A want (in generation 0) goes with the generation it names: one for a generation still
+    /// kept stays.
     pub fn log_prune(&self, state_id: &str, below: u64) -> Query {
         Query::new(format!(
-            "DELETE FROM {} WHERE state_id = {{id:String}} AND generation < {{below:UInt64}}",
+            "DELETE FROM {} WHERE state_id = {{id:String}} \
+             AND if(generation = 0, until_ms, generation) < {{below:UInt64}}",
             self.log
         ))
         .param("id", state_id)

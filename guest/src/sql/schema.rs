@@ -27,7 +27,6 @@ impl Statements {
             self.create_state_table(),
             self.create_lock_table(),
             self.create_lock_log_table(),
-            self.lock_log_events(),
         ]
     }
 
@@ -94,8 +93,20 @@ impl Statements {
         ))
     }
 
+    /// 1 when the lock log exists and its `event` column lacks the `want` event (a log created
+    /// by an older version), 0 otherwise (and when the user may not read `system.columns`).
+    pub fn lock_log_lacks_want(&self) -> Query {
+        Query::new(
+            "SELECT count() FROM system.columns WHERE database = {schema:String} \
+             AND table = {log:String} AND name = 'event' AND position(type, '''want''') = 0"
+                .to_string(),
+        )
+        .param("schema", self.schema_name.clone())
+        .param("log", self.table_names[2].clone())
+    }
+
     /// Gives a lock log created by an older version every event of this one (Enum8 values added
-    /// at the end: a change of metadata only; a no-op when the column has them already).
+    /// at the end: a change of metadata only).
     pub fn lock_log_events(&self) -> Query {
         Query::new(format!(
             "ALTER TABLE {}{} MODIFY COLUMN event {}",

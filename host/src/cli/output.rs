@@ -56,7 +56,7 @@ pub fn exit_code(error: &Error) -> u8 {
     match error {
         Error::InvalidConfig(_) | Error::InvalidInput(_) => 2,
         Error::Unauthorized(_) => 3,
-        Error::Unreachable(_) | Error::Timeout(_) => 4,
+        Error::Unreachable(_) | Error::AddressRefused(_) | Error::Timeout(_) => 4,
         Error::Locked(_) | Error::LockLost(_) => 5,
         Error::Server { .. } | Error::Component(_) | Error::Panicked(_) => 1,
     }
@@ -66,7 +66,7 @@ pub fn exit_code(error: &Error) -> u8 {
 fn hint(error: &Error) -> &'static str {
     match error {
         // The sandbox refused a special address (see `http::policy`): a local ClickHouse is loopback.
-        Error::Unreachable(m) if m.contains("its address is refused") => {
+        Error::AddressRefused(_) => {
             " (to reach a ClickHouse on this machine, pass --allow-loopback; private networks are \
              refused under --refuse-private)"
         }

@@ -174,6 +174,9 @@ fn error_json(error: &Error) -> Value {
     if let Error::Locked(info) = error {
         value["lock"] = info_json(info);
     }
+    if let Some(reason) = error.reason() {
+        value["reason"] = reason.into();
+    }
     value
 }
 

@@ -2,6 +2,7 @@
 //! [`Interceptor`] (tests) may hold it back, and the instance's [`Exchange`] sends it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::HeaderName;
@@ -45,6 +46,10 @@ pub struct OutgoingHook {
     exchange: Arc<dyn Exchange>,
     clock: Arc<dyn Clock>,
     interceptor: Option<Arc<dyn Interceptor>>,
+    /// The policy refused a destination's address since the host last asked
+    /// ([`OutgoingHook::took_refusal`]): the guest only sees a wasi:http error code, and the host
+    /// names the fix.
+    refused: Arc<AtomicBool>,
 }
 
 impl OutgoingHook {
@@ -59,7 +64,13 @@ impl OutgoingHook {
             exchange,
             clock,
             interceptor,
+            refused: Arc::default(),
         }
+    }
+
+    /// Whether the policy refused a destination's address since the last time this was asked.
+    pub fn took_refusal(&self) -> bool {
+        self.refused.swap(false, Ordering::Relaxed)
     }
 }
 
@@ -83,11 +94,16 @@ impl WasiHttpHooks for OutgoingHook {
             .and_then(|i| i.before_send(request.method(), request.uri()));
         let pause = delay.map(|d| self.clock.sleep(d.as_millis() as u64));
         let exchange = Arc::clone(&self.exchange);
+        let refused = Arc::clone(&self.refused);
         Box::new(async move {
             if let Some(pause) = pause {
                 pause.await;
             }
-            exchange.exchange(request, options, addresses).await
+            let sent = exchange.exchange(request, options, addresses).await;
+            if matches!(sent, Err(HttpError::DestinationIpProhibited)) {
+                refused.store(true, Ordering::Relaxed);
+            }
+            sent
         })
     }
 

@@ -115,6 +115,7 @@ class BackendError(Exception):
         message: str,
         lock: dict[str, t.Any] | None = None,
         setting: str | None = None,
+        reason: str | None = None,
     ):
         super().__init__(message)
         self.kind = kind
@@ -122,6 +123,9 @@ class BackendError(Exception):
         self.lock = lock
         #: The host's name of the setting a configuration error is about (``uri`` for the URI).
         self.setting = setting
+        #: Why, where the host knows more than the kind: ``address-refused`` when its egress
+        #: policy refused the address.
+        self.reason = reason
 
 
 #: This package's directory and this environment's scripts directory (where pip installs the
@@ -360,6 +364,7 @@ class Bridge:
                     error.get("kind", "unknown"),
                     error.get("message", "unknown error"),
                     error.get("lock"),
+                    reason=error.get("reason"),
                 )
             return reply.get("result")
 

@@ -58,7 +58,7 @@ def _error(error: BackendError) -> Exception:
         return StateBackendConfigurationError(f"ClickHouse state backend: {error.message}", setting)
     if error.kind == "locked":
         return StateLockedError(error.kind, error.message, error.lock)
-    if error.kind == "unreachable" and "its address is refused" in error.message:
+    if error.reason == "address-refused":
         # The sandbox refused a special address; a ClickHouse on this machine is loopback.
         return BackendError(
             error.kind,
@@ -66,6 +66,7 @@ def _error(error: BackendError) -> Exception:
             "state_backend.clickhouse.allow_loopback to true, or "
             "MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK=true; private networks are "
             "refused while state_backend.clickhouse.refuse_private is true)",
+            reason=error.reason,
         )
     return error
 
