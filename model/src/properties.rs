@@ -40,6 +40,13 @@ pub const GIVES_BACK: &str = "an update on an id found shared gives its grant ba
 /// acknowledged, written under that grant, and gives the grant back: the keeper heeds the
 /// waiter instead of holding on for the linger (`fenced_with_a_waiter_wanting_a_kept_grant`).
 pub const HEEDS_WANT: &str = "a kept grant another client wants is given back";
+/// Some read sees a live grant (newest, neither released nor forced, nothing written under it)
+/// while the stored state is a `set`'s at or above the grant's floor. So the stored state
+/// cannot tell that a grant is spent: a version past the floor need not be its holder's write,
+/// and only the holder's `release` row ends a grant early. This is why a hand-off between two
+/// writers costs four statements (read, claim, write, release) against a kept grant's one; see
+/// docs/lock.md, "What a hand-off costs".
+pub const SET_PASSES_A_LIVE_FLOOR: &str = "a set passes the floor of a grant not yet written under";
 /// Some update is acknowledged (the bounds leave room for the protocol to finish).
 pub const COMPLETES: &str = "an update is acknowledged";
 
@@ -168,6 +175,37 @@ impl LockModel {
         properties.push(Property::<Self>::sometimes(COMPLETES, |_, w| {
             w.acknowledged != 0
         }));
+        if self.sets > 0 && self.protocol == Protocol::Fenced {
+            properties.push(Property::<Self>::sometimes(
+                SET_PASSES_A_LIVE_FLOOR,
+                |m, w| {
+                    (0..m.replicas).any(|replica| {
+                        let view = w.view(replica);
+                        let newest = clickhouse_state::lock::fenced::fold(log(view.clone()));
+                        let top = view
+                            .clone()
+                            .filter_map(|r| match r {
+                                Row::State {
+                                    version, client, ..
+                                } => Some((*version, *client)),
+                                _ => None,
+                            })
+                            .max();
+                        let written_under = view.clone().any(|r| {
+                            matches!(r, Row::State { generation, client, .. }
+                            if !m.is_setter(*client) && *generation == newest.generation)
+                        });
+                        newest.generation > 0
+                            && newest.released == 0
+                            && newest.forced == 0
+                            && !written_under
+                            && top.is_some_and(|(version, client)| {
+                                m.is_setter(client) && version >= newest.floor_ms
+                            })
+                    })
+                },
+            ));
+        }
         if self.crashes > 0 {
             properties.push(Property::<Self>::always(NOT_LOCKED_OUT, |_, w| {
                 !w.locked_out

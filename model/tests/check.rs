@@ -8,7 +8,7 @@ use std::time::Instant;
 use clickhouse_state::deployment::Kind;
 use lock_model::{
     COMPLETES, EXCLUSIVE, FENCED, GIVES_BACK, HEEDS_WANT, LockModel, NOT_LOCKED_OUT, NOTHING_LOST,
-    ONE_HOLDER, RECOVERS, SET_DONE, SET_KEPT, SET_ONCE, UNCONTENDED,
+    ONE_HOLDER, RECOVERS, SET_DONE, SET_KEPT, SET_ONCE, SET_PASSES_A_LIVE_FLOOR, UNCONTENDED,
 };
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -279,7 +279,15 @@ fn fenced_with_a_kept_grant_forced_open() {
 fn fenced_with_a_kept_grant_and_an_unlocked_set() {
     let model = linger_with_a_set();
     assert!(model.properties().iter().any(|p| p.name == SET_KEPT));
-    holds("linger, set", model);
+    let checker = holds("linger, set", model);
+    // Why a hand-off needs the holder's release (docs/lock.md, "What a hand-off costs").
+    let example = checker
+        .discovery(SET_PASSES_A_LIVE_FLOOR)
+        .expect("a set passes a live grant's floor");
+    eprintln!(
+        "  {SET_PASSES_A_LIVE_FLOOR}: an example of {} steps",
+        example.into_actions().len()
+    );
 }
 
 /// A client is killed holding the grant it keeps between updates; the other's update, started
