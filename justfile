@@ -267,3 +267,13 @@ lint: setup
         --target wasm32-wasip2
     .venv/bin/ruff check .
     .venv/bin/ruff format --check .
+    # The Meltano package's settings, generated from the host's table (a workspace build, as the
+    # tests' own, so that they reuse it)
+    cargo build --workspace --bins --quiet
+    target/debug/state-backend settings | {{python}} python/generate_settings.py --check
+
+# The Meltano package's settings (python/src/meltano_clickhouse_state/settings_table.py and the
+# entry points in python/pyproject.toml), from the host's table: after a change of a setting
+python-settings:
+    cargo build --workspace --bins --quiet
+    target/debug/state-backend settings | {{python}} python/generate_settings.py

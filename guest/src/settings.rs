@@ -46,6 +46,16 @@ const fn setting(
 }
 
 impl Setting {
+    /// How a caller's form shows it: `boolean` (true or false), `secret` (never shown), or
+    /// `text` (numbers too: the parser names the setting when one is wrong).
+    pub fn kind(&self) -> &'static str {
+        match (self.name, self.default) {
+            ("password", _) => "secret",
+            (_, Some("false" | "true")) => "boolean",
+            _ => "text",
+        }
+    }
+
     /// This setting with another default when served.
     const fn when_served(mut self, value: &'static str) -> Setting {
         self.served_default = Some(value);

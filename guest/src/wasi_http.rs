@@ -166,11 +166,6 @@ fn error_code(code: ErrorCode) -> TransportError {
         | ErrorCode::TlsCertificateError
         | ErrorCode::TlsAlertReceived(_)
         | ErrorCode::HttpProtocolError => TransportError::Incompatible(describe(&code)),
-        ErrorCode::InternalError(Some(m))
-            if m.starts_with("TLS") || m.starts_with("the answer is not HTTP") =>
-        {
-            TransportError::Incompatible(m)
-        }
         other => TransportError::Unreachable(describe(&other)),
     }
 }

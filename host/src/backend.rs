@@ -92,6 +92,7 @@ macro_rules! call {
 impl Backend {
     fn begin_call(&mut self) {
         self.store.data().took_refusal();
+        self.store.data().took_detail();
         let limits = &mut self.store.data_mut().limits;
         limits.begin_call();
         limits.last_panic = None;
@@ -266,12 +267,17 @@ impl Backend {
 /// Ends a call: a trap becomes the error that says why (a panic with its message, the memory
 /// limit, the CPU budget, the call deadline), or the trap itself.
 /// The guest's answer as the host's, told apart by what the host saw during the call (see
-/// [`Error::with_refusal`]).
+/// [`Error::with_refusal`], [`Error::with_detail`]).
 fn guest_result<T>(
     store: &Store<HostState>,
     result: std::result::Result<T, wit::Error>,
 ) -> Result<T> {
-    result.map_err(|e| Error::from(e).with_refusal(store.data().took_refusal()))
+    result.map_err(|e| {
+        let data = store.data();
+        Error::from(e)
+            .with_refusal(data.took_refusal())
+            .with_detail(data.took_detail())
+    })
 }
 
 fn end_call<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R> {

@@ -93,6 +93,17 @@ impl Error {
         }
     }
 
+    /// The host's account of the last request's failure after the guest's message, which names
+    /// only its wasi:http code (a certificate's rejection reason, what came back instead of
+    /// HTTP). Only an unreachable server's message gets it: the request that failed last is
+    /// the one such an error reports.
+    pub(crate) fn with_detail(self, detail: Option<String>) -> Self {
+        match (self, detail) {
+            (Error::Unreachable(m), Some(detail)) => Error::Unreachable(format!("{m}; {detail}")),
+            (other, _) => other,
+        }
+    }
+
     pub(crate) fn trap(error: wasmtime::Error) -> Self {
         Error::Component(format!("{error:#}"))
     }

@@ -32,6 +32,15 @@ pub struct HostOption {
     pub flag: &'static str,
     pub env: &'static str,
     pub doc: &'static str,
+    /// A switch (on when given), not a flag with a value.
+    pub switch: bool,
+}
+
+impl HostOption {
+    /// How a caller's form shows it, as [`clickhouse_state::settings::Setting::kind`] says.
+    pub fn kind(&self) -> &'static str {
+        if self.switch { "boolean" } else { "text" }
+    }
 }
 
 /// The host's options (the CLI declares the same flags and variables; a test holds them to
@@ -42,24 +51,28 @@ pub const HOST_OPTIONS: &[HostOption] = &[
         flag: "--ca-bundle",
         env: "CLICKHOUSE_CA_BUNDLE",
         doc: "PEM file of CA certificates to trust besides the system's (a private CA)",
+        switch: false,
     },
     HostOption {
         name: "client_cert",
         flag: "--client-cert",
         env: "CLICKHOUSE_CLIENT_CERT",
         doc: "PEM file of a client certificate (chain), for mutual TLS",
+        switch: false,
     },
     HostOption {
         name: "client_key",
         flag: "--client-key",
         env: "CLICKHOUSE_CLIENT_KEY",
         doc: "PEM file of the client certificate's private key, for mutual TLS",
+        switch: false,
     },
     HostOption {
         name: "allow_loopback",
         flag: "--allow-loopback",
         env: "STATE_BACKEND_ALLOW_LOOPBACK",
         doc: "let the component connect to loopback addresses (a ClickHouse on this machine)",
+        switch: true,
     },
     HostOption {
         name: "refuse_private",
@@ -67,6 +80,7 @@ pub const HOST_OPTIONS: &[HostOption] = &[
         env: "STATE_BACKEND_REFUSE_PRIVATE",
         doc: "refuse private networks (10/8, 172.16/12, 192.168/16, fc00::/7, ...), as for a \
               runner's tenants; reachable by default",
+        switch: true,
     },
 ];
 

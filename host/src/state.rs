@@ -35,6 +35,11 @@ impl HostState {
         self.egress.took_refusal()
     }
 
+    /// The host's account of the last request's failure, if it has one to add.
+    pub(crate) fn took_detail(&self) -> Option<String> {
+        self.egress.took_detail()
+    }
+
     pub fn new(egress: OutgoingHook, clock: Arc<dyn Clock>, label: String, limits: Limits) -> Self {
         HostState {
             _registration: clock.register(),

@@ -19,7 +19,7 @@ import pytest
 from meltano.core.error import MeltanoConfigurationError
 from meltano.core.state_store import MeltanoState, StateBackend
 from meltano.core.state_store.base import StateIDLockedError
-from meltano_clickhouse_state import BackendError, ClickHouseStateStoreManager
+from meltano_clickhouse_state import BackendError, ClickHouseStateStoreManager, settings
 from meltano_clickhouse_state.bridge import Bridge
 
 from conftest import INSTALLED, ROOT
@@ -514,9 +514,11 @@ def test_the_meltano_settings_are_the_hosts(host_bin):
         if s.name.startswith("state_backend.clickhouse.")
     }
     assert set(ours) == set(hosts) - meltanos_own
-    # The manager takes each as Meltano passes it: a keyword named after it.
+    # The manager takes each as Meltano passes it, a keyword named after it: Meltano's own as
+    # parameters, ours from the generated table, which is the host's.
     parameters = inspect.signature(ClickHouseStateStoreManager.__init__).parameters
-    assert set(hosts) <= set(parameters)
+    assert meltanos_own <= set(parameters)
+    assert set(hosts) == set(settings.MELTANO_NAMES)
     # Descriptions say the host's default, or that the setting is required.
     for name, definition in ours.items():
         default = hosts[name]["default"]

@@ -1,5 +1,6 @@
 //! The house stays easy to change: no two modules of the guest, nor of the host, import each
-//! other, directly or through others (the generated bindings and their glue aside).
+//! other, directly or through others (the generated bindings and their glue aside); and no code
+//! reads meaning out of a message's text.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -103,4 +104,105 @@ fn the_cycle_finder_finds_a_cycle() {
     graph.insert("b".to_string(), BTreeSet::from(["c".to_string()]));
     graph.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
     assert_eq!(cycles(&graph).len(), 2);
+}
+
+/// The non-test code of every source file under `dir` with extension `ext`: (path, line).
+fn code_lines(dir: &Path, ext: &str) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source dir") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != ext) || path.ends_with("tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("readable");
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for line in code.lines() {
+                let trimmed = line.trim_start();
+                if !trimmed.starts_with("//") && !trimmed.starts_with('#') {
+                    lines.push((path.display().to_string(), trimmed.to_string()));
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// Whether a line of code tests a message's text: a string literal matched against something
+/// named like a message or an error.
+fn matches_message_text(line: &str) -> bool {
+    let messages = [
+        "m.", "message", "msg", "err", "error", "reason", "why", "stderr",
+    ];
+    let rust = [
+        ".contains(\"",
+        ".starts_with(\"",
+        ".ends_with(\"",
+        ".find(\"",
+    ];
+    let python = [
+        "\" in ",
+        ".startswith(",
+        ".endswith(",
+        "re.search(",
+        "re.match(",
+    ];
+    // The names are looked for outside string literals (`"error" in reply` tests a key).
+    let mut outside = String::new();
+    let mut quoted = false;
+    let mut escaped = false;
+    for c in line.chars() {
+        match c {
+            '\\' if quoted => escaped = !escaped,
+            '"' if !escaped => quoted = !quoted,
+            _ if !quoted => outside.push(c),
+            _ => escaped = false,
+        }
+    }
+    (rust.iter().any(|p| line.contains(p)) || python.iter().any(|p| line.contains(p)))
+        && messages.iter().any(|m| outside.contains(m))
+}
+
+/// Errors travel as kinds and reasons (`Error::AddressRefused`, `"reason"` in `serve`'s
+/// answers, `BackendError.reason`), never as text one side writes and another reads: no code
+/// of the guest, the host or the Meltano package matches a message's text.
+#[test]
+fn no_message_text_is_matched() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for (dir, ext) in [
+        ("guest/src", "rs"),
+        ("host/src", "rs"),
+        ("python/src", "py"),
+    ] {
+        for (path, line) in code_lines(&root.join(dir), ext) {
+            if matches_message_text(&line) {
+                found.push(format!("{path}: {line}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "message text matched:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_message_matcher_finds_a_match() {
+    // What the guest once did with the host's TLS errors, and the adapter with a refusal.
+    assert!(matches_message_text(
+        "ErrorCode::InternalError(Some(m)) if m.starts_with(\"TLS\") =>"
+    ));
+    assert!(matches_message_text(
+        "if \"its address is refused\" in error.message:"
+    ));
+    assert!(!matches_message_text(
+        "if error.reason == \"address-refused\":"
+    ));
 }

@@ -231,6 +231,13 @@ mod tests {
                 "{}",
                 option.flag
             );
+            // A switch takes no value.
+            assert_eq!(
+                option.switch,
+                !arg.get_action().takes_values(),
+                "{}",
+                option.flag
+            );
         }
     }
 }

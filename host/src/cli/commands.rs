@@ -31,6 +31,7 @@ fn settings_json() -> Value {
                 "env": s.env,
                 "default": s.default_doc,
                 "doc": s.doc,
+                "kind": s.kind(),
             })
         })
         .collect();
@@ -42,6 +43,7 @@ fn settings_json() -> Value {
             "env": o.env,
             "default": null,
             "doc": o.doc,
+            "kind": o.kind(),
         })
     }));
     Value::Array(all)

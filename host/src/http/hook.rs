@@ -1,8 +1,8 @@
 //! The wasi:http hook of one instance: the policy decides whether a request may go, an
 //! [`Interceptor`] (tests) may hold it back, and the instance's [`Exchange`] sends it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderName;
@@ -14,7 +14,7 @@ use wasmtime_wasi_http::{
 
 use super::Exchange;
 use super::policy::EgressPolicy;
-use super::sender::{Sent, describe_tls_error};
+use super::sender::{Sent, tls_failure};
 use crate::clock::Clock;
 
 /// Forbidden on top of wasmtime's defaults (names are lower case).
@@ -50,6 +50,10 @@ pub struct OutgoingHook {
     /// ([`OutgoingHook::took_refusal`]): the guest only sees a wasi:http error code, and the host
     /// names the fix.
     refused: Arc<AtomicBool>,
+    /// What the host saw of the last request's failure that its error code cannot carry (a
+    /// certificate's rejection reason, what came back instead of HTTP): the host adds it to the
+    /// guest's message ([`OutgoingHook::took_detail`]), so that no side reads the other's text.
+    detail: Arc<Mutex<Option<String>>>,
 }
 
 impl OutgoingHook {
@@ -65,12 +69,23 @@ impl OutgoingHook {
             clock,
             interceptor,
             refused: Arc::default(),
+            detail: Arc::default(),
         }
     }
 
     /// Whether the policy refused a destination's address since the last time this was asked.
     pub fn took_refusal(&self) -> bool {
         self.refused.swap(false, Ordering::Relaxed)
+    }
+
+    /// The host's account of the last request's failure, if it has one to add.
+    pub fn took_detail(&self) -> Option<String> {
+        self.detail.lock().ok()?.take()
+    }
+
+    fn note(&self, detail: Option<String>) -> Option<()> {
+        *self.detail.lock().ok()? = detail;
+        Some(())
     }
 }
 
@@ -82,6 +97,7 @@ impl WasiHttpHooks for OutgoingHook {
         fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
         drop(fut);
+        self.note(None);
         if let Err(refused) = self.policy.check(request.uri()) {
             tracing::warn!(target: "egress", authority = %refused, "request denied: not an allowed ClickHouse endpoint");
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
@@ -117,9 +133,10 @@ impl WasiHttpHooks for OutgoingHook {
     }
 
     fn p2_error_from_tls(&mut self, err: &std::io::Error) -> ErrorCode {
-        let message = describe_tls_error(err);
-        tracing::debug!(target: "egress", "{message}");
-        ErrorCode::InternalError(Some(message))
+        let (code, detail) = tls_failure(err);
+        tracing::debug!(target: "egress", "TLS failed: {code:?} {detail:?}");
+        self.note(detail);
+        code
     }
 
     fn p2_error_from_connect(&mut self, err: &std::io::Error) -> ErrorCode {
@@ -138,7 +155,9 @@ impl WasiHttpHooks for OutgoingHook {
                 io.get_ref()
                     .is_some_and(|inner| inner.is::<rustls::Error>())
             }) {
-                return ErrorCode::InternalError(Some(describe_tls_error(io)));
+                let (code, detail) = tls_failure(io);
+                self.note(detail);
+                return code;
             }
             source = cause.source();
         }
@@ -146,9 +165,10 @@ impl WasiHttpHooks for OutgoingHook {
             return ErrorCode::ConnectionTerminated;
         }
         if err.is_parse() {
-            return ErrorCode::InternalError(Some(format!(
+            self.note(Some(format!(
                 "the answer is not HTTP ({err}); is this a TLS port that needs secure=true?"
             )));
+            return ErrorCode::HttpProtocolError;
         }
         ErrorCode::InternalError(Some(format!("HTTP: {err}")))
     }

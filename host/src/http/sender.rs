@@ -20,6 +20,7 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, TlsAlertReceivedPayload};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
 use super::policy::AddressAllowance;
@@ -344,23 +345,30 @@ impl Body for TimedBody {
     }
 }
 
-/// The message a guest sees for a TLS failure: what was wrong, never a generic code.
-pub fn describe_tls_error(error: &std::io::Error) -> String {
+/// A TLS failure as a wasi:http error code, and what the host can add that the code cannot
+/// carry (the guest names the code; the host appends this to its message).
+pub fn tls_failure(error: &std::io::Error) -> (ErrorCode, Option<String>) {
     let rustls_error = error
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>());
     match rustls_error {
-        Some(rustls::Error::InvalidCertificate(reason)) => {
-            format!("TLS: the server's certificate was rejected: {reason:?}")
-        }
-        Some(rustls::Error::AlertReceived(alert)) => {
-            format!("TLS: the server refused the handshake ({alert:?})")
-        }
+        Some(rustls::Error::InvalidCertificate(reason)) => (
+            ErrorCode::TlsCertificateError,
+            Some(format!("the server's certificate was rejected: {reason:?}")),
+        ),
+        Some(rustls::Error::AlertReceived(alert)) => (
+            ErrorCode::TlsAlertReceived(TlsAlertReceivedPayload {
+                alert_id: None,
+                alert_message: Some(format!("{alert:?}")),
+            }),
+            None,
+        ),
         Some(rustls::Error::InvalidMessage(_))
-        | Some(rustls::Error::InappropriateMessage { .. }) => {
-            "TLS: the server did not answer with TLS (is it plain HTTP?)".into()
-        }
-        Some(other) => format!("TLS: {other}"),
-        None => format!("TLS: {error}"),
+        | Some(rustls::Error::InappropriateMessage { .. }) => (
+            ErrorCode::TlsProtocolError,
+            Some("the server did not answer with TLS (is it plain HTTP?)".into()),
+        ),
+        Some(other) => (ErrorCode::TlsProtocolError, Some(other.to_string())),
+        None => (ErrorCode::TlsProtocolError, Some(error.to_string())),
     }
 }

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from meltano.core.error import MeltanoConfigurationError
 from meltano.core.state_store.base import MeltanoState, StateIDLockedError, StateStoreManager
 
-from meltano_clickhouse_state import conflict
+from meltano_clickhouse_state import conflict, settings
 from meltano_clickhouse_state.bridge import BackendError, Bridge, HostConfig, host_log_level
 from meltano_clickhouse_state.settings import env_var, meltano_name
 
@@ -95,33 +95,15 @@ class ClickHouseStateStoreManager(StateStoreManager):
         *,
         lock_timeout_seconds: float | None = None,
         lock_retry_seconds: float | None = None,
-        host: str | None = None,
-        port: int | None = None,
-        database: str | None = None,
-        user: str | None = None,
-        password: str | None = None,
-        secure: bool | None = None,
-        schema: str | None = None,
-        table: str | None = None,
-        cluster: str | None = None,
-        lock_mode: str | None = None,
-        lock_lease_seconds: float | None = None,
-        lock_settle_seconds: float | None = None,
-        lock_linger_seconds: float | None = None,
-        retry_budget_seconds: float | None = None,
-        retries: int | None = None,
-        retry_backoff_seconds: float | None = None,
-        ca_bundle: str | None = None,
-        client_cert: str | None = None,
-        client_key: str | None = None,
-        allow_loopback: bool | None = None,
-        refuse_private: bool | None = None,
         **kwargs: t.Any,
     ) -> None:
+        # Meltano passes every state_backend.* setting: ours by the host's names.
+        ours = {name: kwargs.pop(name) for name in list(kwargs) if name in settings.MELTANO_NAMES}
         super().__init__(**kwargs)
         others = conflict.other_claims()
         if others:
             raise StateBackendConfigurationError(conflict.message(others))
+        client_cert, client_key = ours.get("client_cert"), ours.get("client_key")
         if bool(client_cert) != bool(client_key):
             missing = "client_key" if client_cert else "client_cert"
             raise StateBackendConfigurationError(
@@ -129,41 +111,27 @@ class ClickHouseStateStoreManager(StateStoreManager):
                 meltano_name(missing),
             )
         overrides = {
-            "host": host,
-            "port": port,
-            "database": database,
-            "user": user,
-            "password": password,
-            "secure": secure,
-            "schema": schema,
-            "table": table,
-            "cluster": cluster,
-            "lock_mode": lock_mode,
-            "lock_lease_seconds": lock_lease_seconds,
-            "lock_settle_seconds": lock_settle_seconds,
-            "lock_linger_seconds": lock_linger_seconds,
-            "retry_budget_seconds": retry_budget_seconds,
-            "retries": retries,
-            "retry_backoff_seconds": retry_backoff_seconds,
+            name: value
+            for name, value in ours.items()
+            if name in settings.COMPONENT and value is not None
         }
         self.config = HostConfig(
             uri=uri,
-            settings=tuple(
-                (name, _to_setting(value)) for name, value in overrides.items() if value is not None
-            ),
+            settings=tuple((name, _to_setting(value)) for name, value in overrides.items()),
             lock_timeout_seconds=float(
                 10 if lock_timeout_seconds is None else lock_timeout_seconds
             ),
             lock_retry_seconds=float(1 if lock_retry_seconds is None else lock_retry_seconds),
-            allow_loopback=bool(allow_loopback),
-            refuse_private=bool(refuse_private),
-            ca_bundle=ca_bundle or None,
+            allow_loopback=bool(ours.get("allow_loopback")),
+            refuse_private=bool(ours.get("refuse_private")),
+            ca_bundle=ours.get("ca_bundle") or None,
             client_cert=client_cert or None,
             client_key=client_key or None,
             # Meltano's --log-level sets the root logger's; the host logs at the same level.
             log_level=host_log_level(logger.getEffectiveLevel()),
         )
         parts = urlsplit(uri)
+        host, port = overrides.get("host"), overrides.get("port")
         where = f"{host or parts.hostname}:{port or parts.port or ''}".rstrip(":")
         self._label = f"ClickHouse state backend (WebAssembly component) at {where}"
         # Starts the host now: a configuration error is Meltano's, raised where Meltano made
