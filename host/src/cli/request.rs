@@ -1,10 +1,13 @@
-//! What `serve` takes: one typed request per line. The variants are the operations a caller of
-//! `serve` has, in one list: `state-backend methods` prints their names, and a test holds them
-//! to the contract's exports and to the Meltano adapter's calls.
+//! What `serve` takes and answers: one typed request per line, and its run on the backend. The
+//! variants are the operations a caller of `serve` has, in one list: `state-backend methods`
+//! prints their names, and a test holds them to the contract's exports and to the Meltano
+//! adapter's calls.
+
+use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use state_host::{Error, State};
+use state_host::{Backend, Error, Lock, LockInfo, State};
 use strum::VariantNames;
 
 /// A request: `{"id": …, "method": "<name>", "params": {…}}`, the method a variant's name in
@@ -95,6 +98,127 @@ impl Request {
     /// Every method's name.
     pub fn methods() -> &'static [&'static str] {
         Request::VARIANTS
+    }
+}
+
+pub fn info_json(info: &LockInfo) -> Value {
+    json!({
+        "state_id": info.state_id,
+        "owner": info.owner,
+        "token": info.token,
+        "acquired_at_ms": info.acquired_at_ms,
+        "expires_at_ms": info.expires_at_ms,
+    })
+}
+
+fn state_json(state: &State) -> Value {
+    json!({"state_id": state.state_id, "partial": state.partial, "completed": state.completed})
+}
+
+/// What one `serve` session holds between requests: the locks taken by `acquire_lock`, by
+/// the numbers it returned.
+#[derive(Default)]
+pub struct Session {
+    locks: HashMap<u64, Lock>,
+    next_lock: u64,
+}
+
+impl Session {
+    fn held(&self, number: u64) -> Result<&Lock, Error> {
+        self.locks
+            .get(&number)
+            .ok_or_else(|| Error::InvalidInput(format!("no held lock number {number}")))
+    }
+
+    /// The locks still held (the session is over: `serve` gives them back).
+    pub fn into_locks(self) -> impl Iterator<Item = Lock> {
+        self.locks.into_values()
+    }
+}
+
+impl Request {
+    /// Runs the request on `backend`; its answer is the JSON `result`.
+    pub async fn answer(
+        self,
+        backend: &mut Backend,
+        session: &mut Session,
+    ) -> Result<Value, Error> {
+        let request = self;
+        Ok(match request {
+            Request::Ping {} => json!("pong"),
+            Request::Get { state_id } => match backend.get(&state_id).await? {
+                Some(state) => state_json(&state),
+                None => Value::Null,
+            },
+            Request::Set(state) => {
+                backend.set(&state.into()).await?;
+                Value::Null
+            }
+            Request::Update(state) => {
+                backend.update(&state.into()).await?;
+                Value::Null
+            }
+            Request::Delete { state_id } => {
+                backend.delete(&state_id).await?;
+                Value::Null
+            }
+            Request::Clear { state_id } => {
+                backend.clear(&state_id).await?;
+                Value::Null
+            }
+            Request::StateIds { pattern } => json!(backend.state_ids(pattern.as_deref()).await?),
+            Request::GetAll { pattern } => Value::Array(
+                backend
+                    .get_all(pattern.as_deref())
+                    .await?
+                    .iter()
+                    .map(state_json)
+                    .collect(),
+            ),
+            Request::SetAll { states } => {
+                let states: Vec<State> = states.into_iter().map(State::from).collect();
+                json!(backend.set_all(&states).await?)
+            }
+            Request::ClearAll {} => json!(backend.clear_all().await?),
+            Request::AcquireLock { state_id } => {
+                let lock = backend.acquire_lock(&state_id).await?;
+                session.next_lock += 1;
+                let number = session.next_lock;
+                let token = lock.token;
+                session.locks.insert(number, lock);
+                json!({"lock": number, "token": token})
+            }
+            Request::Release { lock } => {
+                match session.locks.remove(&lock) {
+                    Some(held) => backend.release(held).await?,
+                    None => return Err(Error::InvalidInput(format!("no held lock number {lock}"))),
+                }
+                Value::Null
+            }
+            Request::Renew { lock } => {
+                backend.renew(session.held(lock)?).await?;
+                Value::Null
+            }
+            Request::SetLocked { state, lock } => {
+                backend
+                    .set_locked(&state.into(), session.held(lock)?)
+                    .await?;
+                Value::Null
+            }
+            Request::DeleteLocked { lock } => {
+                backend.delete_locked(session.held(lock)?).await?;
+                Value::Null
+            }
+            Request::LockInfo { state_id } => match backend.lock_info(&state_id).await? {
+                Some(info) => info_json(&info),
+                None => Value::Null,
+            },
+            Request::ForceUnlock { state_id } => json!(backend.force_unlock(&state_id).await?),
+            Request::Migrate {} => {
+                backend.migrate().await?;
+                Value::Null
+            }
+        })
     }
 }
 

@@ -17,15 +17,14 @@
 //! bridge raises Meltano's configuration error naming `state_backend.clickhouse.lock_mode`
 //! when it starts, not at the first operation.
 
-use std::collections::HashMap;
 use std::io::Write;
 
 use serde_json::{Value, json};
 use state_host::clock::Clock;
-use state_host::{Backend, Error, Lock, LockInfo, State};
+use state_host::{Backend, Error};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::request::Request;
+use crate::request::{Request, Session, info_json};
 
 /// The first line when the instance could not start: what went wrong and, where known, which
 /// setting it is about.
@@ -53,8 +52,7 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
     if stdout.write_all(ready.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
         return backend.close().await;
     }
-    let mut locks: HashMap<u64, Lock> = HashMap::new();
-    let mut next_lock = 1u64;
+    let mut session = Session::default();
     let clock = backend.clock();
     let mut due: Option<u64> = None;
     loop {
@@ -93,7 +91,7 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
                 let params = request.get_mut("params").map(Value::take);
                 let method = request.get("method").and_then(Value::as_str).unwrap_or("");
                 let result = match Request::parse(method, params) {
-                    Ok(request) => handle(&mut backend, &mut locks, &mut next_lock, request).await,
+                    Ok(request) => request.answer(&mut backend, &mut session).await,
                     Err(error) => Err(error),
                 };
                 match result {
@@ -115,7 +113,7 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
         }
         due = idle(&mut backend, &*clock).await;
     }
-    for (_, lock) in locks.drain() {
+    for lock in session.into_locks() {
         let _ = backend.release(lock).await;
     }
     backend.close().await
@@ -178,107 +176,4 @@ fn error_json(error: &Error) -> Value {
         value["reason"] = reason.into();
     }
     value
-}
-
-fn info_json(info: &LockInfo) -> Value {
-    json!({
-        "state_id": info.state_id,
-        "owner": info.owner,
-        "token": info.token,
-        "acquired_at_ms": info.acquired_at_ms,
-        "expires_at_ms": info.expires_at_ms,
-    })
-}
-
-fn state_json(state: &State) -> Value {
-    json!({"state_id": state.state_id, "partial": state.partial, "completed": state.completed})
-}
-
-fn held(locks: &HashMap<u64, Lock>, number: u64) -> Result<&Lock, Error> {
-    locks
-        .get(&number)
-        .ok_or_else(|| Error::InvalidInput(format!("no held lock number {number}")))
-}
-
-async fn handle(
-    backend: &mut Backend,
-    locks: &mut HashMap<u64, Lock>,
-    next_lock: &mut u64,
-    request: Request,
-) -> Result<Value, Error> {
-    Ok(match request {
-        Request::Ping {} => json!("pong"),
-        Request::Get { state_id } => match backend.get(&state_id).await? {
-            Some(state) => state_json(&state),
-            None => Value::Null,
-        },
-        Request::Set(state) => {
-            backend.set(&state.into()).await?;
-            Value::Null
-        }
-        Request::Update(state) => {
-            backend.update(&state.into()).await?;
-            Value::Null
-        }
-        Request::Delete { state_id } => {
-            backend.delete(&state_id).await?;
-            Value::Null
-        }
-        Request::Clear { state_id } => {
-            backend.clear(&state_id).await?;
-            Value::Null
-        }
-        Request::StateIds { pattern } => json!(backend.state_ids(pattern.as_deref()).await?),
-        Request::GetAll { pattern } => Value::Array(
-            backend
-                .get_all(pattern.as_deref())
-                .await?
-                .iter()
-                .map(state_json)
-                .collect(),
-        ),
-        Request::SetAll { states } => {
-            let states: Vec<State> = states.into_iter().map(State::from).collect();
-            json!(backend.set_all(&states).await?)
-        }
-        Request::ClearAll {} => json!(backend.clear_all().await?),
-        Request::AcquireLock { state_id } => {
-            let lock = backend.acquire_lock(&state_id).await?;
-            let number = *next_lock;
-            *next_lock += 1;
-            let token = lock.token;
-            locks.insert(number, lock);
-            json!({"lock": number, "token": token})
-        }
-        Request::Release { lock } => {
-            match locks.remove(&lock) {
-                Some(held) => backend.release(held).await?,
-                None => return Err(Error::InvalidInput(format!("no held lock number {lock}"))),
-            }
-            Value::Null
-        }
-        Request::Renew { lock } => {
-            backend.renew(held(locks, lock)?).await?;
-            Value::Null
-        }
-        Request::SetLocked { state, lock } => {
-            backend
-                .set_locked(&state.into(), held(locks, lock)?)
-                .await?;
-            Value::Null
-        }
-        Request::DeleteLocked { lock } => {
-            backend.delete_locked(held(locks, lock)?).await?;
-            Value::Null
-        }
-        Request::LockInfo { state_id } => match backend.lock_info(&state_id).await? {
-            Some(info) => info_json(&info),
-            None => Value::Null,
-        },
-        Request::ForceUnlock { state_id } => json!(backend.force_unlock(&state_id).await?),
-        Request::Migrate {} => {
-            backend.migrate().await?;
-            Value::Null
-        }
-    })
 }
