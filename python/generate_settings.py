@@ -5,7 +5,7 @@
 
 Three places are generated: the Meltano package's `settings_table.py` (each setting's Meltano
 name, kind, scope and description), its `meltano.settings` entry points in `pyproject.toml`
-(between markers), and the README's settings table (which `tests/tests/docs.rs` also checks).
+(between markers), and the README's settings table (which `tests/tests/integration/docs.rs` also checks).
 `--check` writes nothing and fails when one is stale.
 """
 

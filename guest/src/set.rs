@@ -6,7 +6,7 @@
 //! its first landing put the version in the table, and a merge keeps the highest version of an
 //! id. A version the server computes at landing ("above whatever is stored") would not do: a
 //! resend, after a write in between and a merge that left no trace of the first landing, lands
-//! again above that write and buries it (`tests/tests/statements.rs` shows it on the engine).
+//! again above that write and buries it (`tests/tests/integration/statements.rs` shows it on the engine).
 //!
 //! When the statement wrote nothing (or the server did not say), what is stored decides:
 //!

@@ -1,7 +1,7 @@
 """The most used Python client, clickhouse-connect, with its defaults: lz4-compressed binary
 (Native) inserts, compressed responses, a session per client, and server-side parameters.
 
-The Rust client (the `clickhouse` crate) has its own test: tests/tests/clickhouse_crate.rs.
+The Rust client (the `clickhouse` crate) has its own test: tests/tests/integration/clickhouse_crate.rs.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ pub fn wanted_generation(entry: &LogEntry) -> Option<u64> {
 
 /// What `Statements::log_state` folds from an id's lock log: its newest generation (generation
 /// 0 when the id was never locked). The SQL is the one that runs; this is the same fold in
-/// Rust, for the model, and the engine test in `tests/tests/statements.rs` checks that the two agree.
+/// Rust, for the model, and the engine test in `tests/tests/integration/statements.rs` checks that the two agree.
 pub fn fold<'a>(log: impl Iterator<Item = &'a LogEntry> + Clone) -> Newest {
     let generation = log.clone().map(|e| e.generation).max().unwrap_or(0);
     let mut folded = Newest {

@@ -19,7 +19,7 @@ use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{Error, InstanceOptions, State};
 use integration_tests::{LocalServer, Target, TestTable, runtime};
 
-mod common;
+use crate::common;
 use common::Ureq;
 
 fn replica_server() -> LocalServer {

@@ -13,7 +13,7 @@ use clickhouse_state::sql::StateRow;
 use clickhouse_state::store::{State, Store};
 use integration_tests::{TestTable, splitmix64};
 
-mod common;
+use crate::common;
 use common::Ureq;
 
 struct Clock;

@@ -1,0 +1,29 @@
+//! The integration tests, one binary with a module per concern: the component is compiled once
+//! for all of them, the binary linked once, and their waits overlap.
+//!
+//! Two suites have binaries of their own: `tripwire.rs` trips the host's tripwire on purpose,
+//! and the tripwire is process-global, so here it would fail every refusal test's
+//! `assert_no_trips`; `outage.rs` stops and restarts ClickHouse servers of its own for minutes,
+//! and runs beside this binary (`just test`).
+
+mod common;
+
+mod bad_input;
+mod cli;
+mod clickhouse_crate;
+mod compile_cache;
+mod deployment;
+mod docs;
+mod docs_figures;
+mod escaping;
+mod evil;
+mod faults;
+mod layout;
+mod linger;
+mod lock;
+mod operations;
+mod restart;
+mod sandbox;
+mod secrets;
+mod statements;
+mod tls;
