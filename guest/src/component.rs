@@ -4,8 +4,8 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use crate::error::Error;
-use crate::exec::{Host, Level};
 use crate::lock::LockHandle;
+use crate::session::{Level, Platform};
 use crate::store::{State, Store};
 use crate::wasi_http::WasiHttp;
 
@@ -19,9 +19,9 @@ use exports::meltano::state_backend::backend::{self as api, Guest, GuestLock, Gu
 use meltano::state_backend::{clock, log, types as wit};
 
 /// Time, randomness and logging from the host's imports.
-pub struct WasiHost;
+pub struct WasiPlatform;
 
-impl Host for WasiHost {
+impl Platform for WasiPlatform {
     fn now_ms(&self) -> u64 {
         clock::now_ms()
     }
@@ -44,7 +44,7 @@ impl Host for WasiHost {
     }
 }
 
-type Inner = Store<WasiHttp, WasiHost>;
+type Inner = Store<WasiHttp, WasiPlatform>;
 
 /// A panic reaches the host as a log line it recognises (`panic: ...`), so the trap that
 /// follows becomes a typed error with the message instead of "unreachable".
@@ -77,7 +77,7 @@ pub struct LockResource {
 impl GuestStore for StoreResource {
     fn open(uri: String, settings: Vec<(String, String)>) -> Result<api::Store, wit::Error> {
         install_panic_hook();
-        let inner = Store::open(&uri, &settings, WasiHttp, WasiHost).map_err(to_wit)?;
+        let inner = Store::open(&uri, &settings, WasiHttp, WasiPlatform).map_err(to_wit)?;
         Ok(api::Store::new(StoreResource {
             inner: Rc::new(inner),
         }))
@@ -177,7 +177,7 @@ impl Drop for StoreResource {
     fn drop(&mut self) {
         // Best effort: kept locks nobody gives back still expire with their lease.
         if let Err(e) = self.inner.close() {
-            WasiHost.log(
+            WasiPlatform.log(
                 Level::Warn,
                 &format!("giving back kept locks at close failed: {e}"),
             );
@@ -245,7 +245,7 @@ impl Drop for LockResource {
         if !self.released.get() {
             // Best effort: a lock nobody releases still expires with its lease.
             if let Err(e) = self.store.release_lock(&self.handle.borrow()) {
-                WasiHost.log(
+                WasiPlatform.log(
                     Level::Warn,
                     &format!("releasing a dropped lock failed: {e}"),
                 );

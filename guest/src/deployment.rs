@@ -12,7 +12,7 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-pub use crate::rows::Observed;
+pub use crate::rows::Observation;
 use crate::sql::Role;
 
 /// What kind of deployment the tables are on.
@@ -74,7 +74,7 @@ impl Consistency {
     }
 
     /// After the deployment check: what the tables are (or will be, when missing).
-    pub fn observed(config: &Config, kind: Kind, observed: &Observed) -> Self {
+    pub fn observed(config: &Config, kind: Kind, observed: &Observation) -> Self {
         Consistency {
             kind: match kind {
                 Kind::Missing => Consistency::assumed(config).kind,
@@ -121,7 +121,7 @@ fn family(engine: &str) -> Kind {
 }
 
 /// Decides whether this store may use its tables as they are.
-pub fn check(config: &Config, observed: &Observed) -> Result<Kind> {
+pub fn check(config: &Config, observed: &Observation) -> Result<Kind> {
     if let Some(cluster) = &config.cluster
         && !observed.clusters.iter().any(|(name, _)| name == cluster)
     {
@@ -181,7 +181,7 @@ fn describe(tables: &[(String, String)]) -> String {
         .join(", ")
 }
 
-fn cluster_names(observed: &Observed) -> String {
+fn cluster_names(observed: &Observation) -> String {
     let replicated: Vec<&str> = observed
         .clusters
         .iter()
@@ -207,9 +207,9 @@ mod tests {
         Config::parse("clickhouse://u@h/db", &settings).expect("valid")
     }
 
-    fn observed(engines: &[&str], replica_macro: bool, clusters: &[(&str, u64)]) -> Observed {
+    fn observed(engines: &[&str], replica_macro: bool, clusters: &[(&str, u64)]) -> Observation {
         let names = ["state", "state_lock", "state_lock_log"];
-        Observed {
+        Observation {
             tables: engines
                 .iter()
                 .zip(names)
@@ -221,7 +221,7 @@ mod tests {
         }
     }
 
-    fn refused(config: &Config, observed: &Observed) -> String {
+    fn refused(config: &Config, observed: &Observation) -> String {
         match check(config, observed) {
             Err(Error::InvalidConfig(m)) => m,
             other => panic!("expected a refusal, got {other:?}"),
@@ -367,7 +367,7 @@ mod tests {
     #[test]
     fn deduplicate_insert_is_sent_where_the_server_has_it() {
         for known in [0, 1] {
-            let seen = Observed {
+            let seen = Observation {
                 dedup_setting: known,
                 ..observed(&["MergeTree"], false, &[])
             };

@@ -6,13 +6,13 @@
 pub mod config;
 pub mod deployment;
 pub mod error;
-pub mod exec;
 pub mod glob;
 pub mod http;
 pub mod lock;
 pub mod merge;
 pub mod retry;
 pub mod rows;
+pub mod session;
 pub mod set;
 pub mod settings;
 pub mod sql;

@@ -192,18 +192,18 @@ impl Decode for Id {
 
 /// A state (`Statements::get_all`), in RowBinary: id, partial, completed (NULL as empty).
 #[derive(Debug)]
-pub struct Listed {
+pub struct ListedState {
     pub state_id: String,
     pub partial_state: String,
     pub completed_state: String,
 }
 
-impl Decode for Listed {
+impl Decode for ListedState {
     fn decode(body: &[u8]) -> Result<Vec<Self>> {
         let mut rows = RowBinary(body);
         let mut out = Vec::new();
         while !rows.0.is_empty() {
-            out.push(Listed {
+            out.push(ListedState {
                 state_id: rows.text()?,
                 partial_state: rows.text()?,
                 completed_state: rows.text()?,
@@ -276,7 +276,7 @@ pub type StoredTuple = (Option<String>, Option<String>, u64);
 
 /// The newest generation of an id, folded (`Statements::log_state`).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
-pub struct Newest {
+pub struct NewestGeneration {
     pub generation: u64,
     pub owner: String,
     pub acquired_at_ms: u64,
@@ -290,9 +290,9 @@ pub struct Newest {
     pub wanted: u8,
 }
 
-impl FromRow for Newest {
+impl FromRow for NewestGeneration {
     fn from_row(mut row: Row) -> Result<Self> {
-        Ok(Newest {
+        Ok(NewestGeneration {
             generation: row.number("generation")?,
             owner: row.text("holder")?,
             acquired_at_ms: row.number("acquired_at")?,
@@ -310,7 +310,7 @@ impl FromRow for Newest {
 /// (generation 0 when the id was never locked) and the stored state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Outlook {
-    pub newest: Newest,
+    pub newest: NewestGeneration,
     pub stored: Option<StoredTuple>,
 }
 
@@ -320,7 +320,7 @@ impl FromRow for Outlook {
         let mut stored = stored_tuples(&mut row)?;
         Ok(Outlook {
             stored: stored.pop(),
-            newest: Newest::from_row(row)?,
+            newest: NewestGeneration::from_row(row)?,
         })
     }
 }
@@ -380,7 +380,7 @@ impl FromRow for Candidate {
 
 /// The deployment check's one row (`Statements::deployment`).
 #[derive(Debug, Default)]
-pub struct Observed {
+pub struct Observation {
     /// (table name, engine) of this store's tables that exist.
     pub tables: Vec<(String, String)>,
     /// The server has a `replica` macro: it is set up as a replica of replicated tables.
@@ -392,9 +392,9 @@ pub struct Observed {
     pub dedup_setting: u8,
 }
 
-impl FromRow for Observed {
+impl FromRow for Observation {
     fn from_row(mut row: Row) -> Result<Self> {
-        Ok(Observed {
+        Ok(Observation {
             tables: row.tuples("tables", |fields| match fields {
                 [name, engine] => Some((as_text(name)?, as_text(engine)?)),
                 _ => None,
@@ -463,7 +463,7 @@ mod tests {
     fn row_binary_rows_are_read_whole_or_refused() {
         let long = "x".repeat(300); // a two-byte length
         let body = row_binary(&["a\tb\\c", "{\"x\": '\n'}", "", "ü\0", &long, "{}"]);
-        let rows: Vec<Listed> = all(&body).expect("rows");
+        let rows: Vec<ListedState> = all(&body).expect("rows");
         assert_eq!(rows[0].state_id, "a\tb\\c");
         assert_eq!(rows[0].partial_state, "{\"x\": '\n'}");
         assert_eq!(rows[0].completed_state, "");
@@ -481,7 +481,7 @@ mod tests {
             b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01".to_vec(), // a length past 64 bits
             b"\x01\xff\x01a\x01b".to_vec(), // not UTF-8
         ] {
-            let error = all::<Listed>(&bad).expect_err("refused");
+            let error = all::<ListedState>(&bad).expect_err("refused");
             assert!(
                 matches!(&error, Error::Server(e) if e.name == "UNEXPECTED_RESPONSE"),
                 "{error:?}"
@@ -496,7 +496,7 @@ mod tests {
                 .iter()
                 .flat_map(|(a, b, c)| [a.as_str(), b.as_str(), c.as_str()])
                 .collect();
-            let decoded: Vec<Listed> = all(&row_binary(&values)).expect("rows");
+            let decoded: Vec<ListedState> = all(&row_binary(&values)).expect("rows");
             let decoded: Vec<(String, String, String)> = decoded
                 .into_iter()
                 .map(|r| (r.state_id, r.partial_state, r.completed_state))
@@ -515,7 +515,7 @@ mod tests {
         .expect("a row");
         assert_eq!(claim.previous_until, 0);
         assert_eq!(claim.stored, vec![(Some("{}".into()), None, 7)]);
-        let observed: Observed = first(
+        let observed: Observation = first(
             b"{\"tables\":[[\"state\",\"ReplacingMergeTree\"]],\"replica_macro\":1,\
               \"clusters\":[[\"prod\",3]]}",
         )
@@ -525,7 +525,7 @@ mod tests {
         assert_eq!(observed.clusters, vec![("prod".into(), 3)]);
         assert_eq!((observed.replica_macro, observed.dedup_setting), (1, 0));
         assert!(
-            first::<Observed>(b"{\"tables\":[[\"state\"]],\"replica_macro\":0,\"clusters\":[]}")
+            first::<Observation>(b"{\"tables\":[[\"state\"]],\"replica_macro\":0,\"clusters\":[]}")
                 .is_err()
         );
     }

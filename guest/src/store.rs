@@ -1,4 +1,4 @@
-//! The operations of the contract, as plain Rust over a [`Transport`] and a [`Host`].
+//! The operations of the contract, as plain Rust over a [`Transport`] and a [`Platform`].
 
 use std::collections::HashMap;
 
@@ -6,12 +6,12 @@ use serde_json::{Map, Value};
 
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
-use crate::exec::{Exec, Host};
 use crate::glob;
 use crate::http::Transport;
 use crate::lock::{self, LockHandle, Locks};
 use crate::merge::{merged, or_empty, parse_object};
 use crate::rows;
+use crate::session::{Platform, Session};
 use crate::set::{self, Answer, Set, Step};
 use crate::sql::{self, Query, StateRow};
 
@@ -33,7 +33,7 @@ pub const MAX_STATE_BYTES: usize = 8 << 20;
 /// One configured store: the operations of the contract, over the query executor, with the
 /// lock's memory of this instance.
 pub struct Store<T, H> {
-    pub(crate) exec: Exec<T, H>,
+    pub(crate) session: Session<T, H>,
     pub(crate) locks: Locks,
 }
 
@@ -48,48 +48,48 @@ impl State {
     }
 }
 
-impl<T: Transport, H: Host> Store<T, H> {
+impl<T: Transport, H: Platform> Store<T, H> {
     pub fn open(uri: &str, settings: &[(String, String)], transport: T, host: H) -> Result<Self> {
         Ok(Store {
-            exec: Exec::open(uri, settings, transport, host)?,
+            session: Session::open(uri, settings, transport, host)?,
             locks: Locks::default(),
         })
     }
 
-    /// Creates what is missing of the schema, then checks the deployment (see [`Exec::migrate`]).
+    /// Creates what is missing of the schema, then checks the deployment (see [`Session::migrate`]).
     pub fn migrate(&self) -> Result<()> {
-        self.exec.migrate()
+        self.session.migrate()
     }
 
     /// The instance's host (time, randomness, the log).
     pub fn host(&self) -> &H {
-        &self.exec.host
+        &self.session.host
     }
 
     /// Takes the lock of `state_id` (see `lock`).
     pub fn acquire_lock(&self, state_id: &str) -> Result<LockHandle> {
         validate_state_id(state_id)?;
-        lock::release_kept(&self.exec, &self.locks, state_id)?;
-        lock::acquire(&self.exec, &self.locks, state_id)
+        lock::release_kept(&self.session, &self.locks, state_id)?;
+        lock::acquire(&self.session, &self.locks, state_id)
     }
 
     /// Releases the grants `update` kept that were idle for `lock_linger_seconds`; returns
     /// when to call again (unix ms), or `None` when nothing is kept.
     pub fn idle(&self) -> Result<Option<u64>> {
-        lock::idle(&self.exec, &self.locks, false)
+        lock::idle(&self.session, &self.locks, false)
     }
 
     /// Releases every grant `update` kept (the host calls this when it is done with the store).
     pub fn close(&self) -> Result<()> {
-        lock::idle(&self.exec, &self.locks, true).map(drop)
+        lock::idle(&self.session, &self.locks, true).map(drop)
     }
 
     pub fn renew_lock(&self, lock: &mut LockHandle) -> Result<()> {
-        lock::renew(&self.exec, lock)
+        lock::renew(&self.session, lock)
     }
 
     pub fn release_lock(&self, lock: &LockHandle) -> Result<()> {
-        lock::release(&self.exec, &self.locks, lock)
+        lock::release(&self.session, &self.locks, lock)
     }
 
     pub fn get(&self, state_id: &str) -> Result<Option<State>> {
@@ -109,25 +109,25 @@ impl<T: Transport, H: Host> Store<T, H> {
     /// The newest row of `state_id`, a tombstone too (both parts `None`).
     fn stored(&self, state_id: &str) -> Result<Option<rows::StoredTuple>> {
         Ok(self
-            .exec
-            .fetch_first(&self.exec.sql.get(state_id))?
+            .session
+            .fetch_first(&self.session.sql.get(state_id))?
             .map(|row| (row.partial_state, row.completed_state, row.updated_at_ms)))
     }
 
     pub fn set(&self, state: &State) -> Result<()> {
         validate_state(state)?;
-        let row = state.row(self.exec.host.now_ms());
+        let row = state.row(self.session.host.now_ms());
         if row.fits_in_params() {
             return self.set_at_most_once(state);
         }
-        let stored = self.read_version(&self.exec.sql.version_of(&state.state_id))?;
+        let stored = self.read_version(&self.session.sql.version_of(&state.state_id))?;
         self.write(std::slice::from_ref(state), self.next_version(stored))
     }
 
     /// One round trip in the common case; see `crate::set`.
     fn set_at_most_once(&self, state: &State) -> Result<()> {
         let (mut set, mut step) =
-            Set::new(&state.partial, &state.completed, self.exec.host.now_ms());
+            Set::new(&state.partial, &state.completed, self.session.host.now_ms());
         loop {
             let statement = match step {
                 Step::Done(result) => return result,
@@ -135,12 +135,12 @@ impl<T: Transport, H: Host> Store<T, H> {
             };
             let answer = match statement {
                 set::Statement::WriteUnlessNewer { version_ms } => {
-                    let token = self.exec.new_token();
+                    let token = self.session.new_token();
                     let query = self
-                        .exec
+                        .session
                         .sql
                         .set_unless_newer(state.row(version_ms), &token);
-                    self.exec
+                    self.session
                         .run_written_resent(&query)
                         .map(|(rows, resent)| Answer::Written { rows, resent })
                 }
@@ -158,14 +158,14 @@ impl<T: Transport, H: Host> Store<T, H> {
         validate_size(state)?;
         let partial = parse_object(&state.partial, "partial state")?;
         let completed = parse_object(&state.completed, "completed state")?;
-        if self.exec.config.lock_mode == LockMode::Settle {
-            let mut held = lock::acquire(&self.exec, &self.locks, &state.state_id)?;
+        if self.session.config.lock_mode == LockMode::Settle {
+            let mut held = lock::acquire(&self.session, &self.locks, &state.state_id)?;
             let result = self.update_locked(state, partial, completed, &mut held);
-            let released = lock::release(&self.exec, &self.locks, &held);
+            let released = lock::release(&self.session, &self.locks, &held);
             return result.and(released);
         }
         lock::drive::update(
-            &self.exec,
+            &self.session,
             &self.locks,
             &state.state_id,
             &state.partial,
@@ -188,9 +188,9 @@ impl<T: Transport, H: Host> Store<T, H> {
             partial,
             completed,
         };
-        let version = lock::write_version(&self.exec, lock, stored_version)?;
+        let version = lock::write_version(&self.session, lock, stored_version)?;
         self.write(std::slice::from_ref(&to_write), version)?;
-        lock::confirm_write(&self.exec, lock)
+        lock::confirm_write(&self.session, lock)
     }
 
     /// Overwrites a state under a lock the caller holds: the write is fenced by the lock, so it
@@ -203,12 +203,12 @@ impl<T: Transport, H: Host> Store<T, H> {
                 lock.state_id, state.state_id
             )));
         }
-        let stored = self.read_version(&self.exec.sql.version_of(&state.state_id))?;
-        let version = lock::write_version(&self.exec, lock, stored)?;
-        lock::within_lease(&self.exec, lock, || {
+        let stored = self.read_version(&self.session.sql.version_of(&state.state_id))?;
+        let version = lock::write_version(&self.session, lock, stored)?;
+        lock::within_lease(&self.session, lock, || {
             self.write(std::slice::from_ref(state), version)
         })?;
-        lock::confirm_write(&self.exec, lock)
+        lock::confirm_write(&self.session, lock)
     }
 
     /// Deletes the state as it is now: a tombstone above the newest version read here (see
@@ -224,10 +224,10 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn clear(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
-        lock::release_kept(&self.exec, &self.locks, state_id)?;
-        let mut held = lock::acquire(&self.exec, &self.locks, state_id)?;
+        lock::release_kept(&self.session, &self.locks, state_id)?;
+        let mut held = lock::acquire(&self.session, &self.locks, state_id)?;
         let result = self.clear_locked(&mut held);
-        let released = lock::release(&self.exec, &self.locks, &held);
+        let released = lock::release(&self.session, &self.locks, &held);
         result.and(released)
     }
 
@@ -235,20 +235,22 @@ impl<T: Transport, H: Host> Store<T, H> {
     /// a state, so with fencing it fails with `lock-lost` rather than bury what a later holder
     /// wrote.
     pub fn clear_locked(&self, lock: &mut LockHandle) -> Result<()> {
-        let stored = self.read_version(&self.exec.sql.version_of(&lock.state_id))?;
+        let stored = self.read_version(&self.session.sql.version_of(&lock.state_id))?;
         if stored == 0 {
             return Ok(()); // nothing stored: no tombstone for an id that never was
         }
-        let version = lock::write_version(&self.exec, lock, stored)?;
-        lock::within_lease(&self.exec, lock, || self.bury(&[(&lock.state_id, version)]))?;
-        lock::confirm_write(&self.exec, lock)
+        let version = lock::write_version(&self.session, lock, stored)?;
+        lock::within_lease(&self.session, lock, || {
+            self.bury(&[(&lock.state_id, version)])
+        })?;
+        lock::confirm_write(&self.session, lock)
     }
 
     pub fn state_ids(&self, pattern: Option<&str>) -> Result<Vec<String>> {
         let filter = glob::filter(pattern)?;
         Ok(self
-            .exec
-            .fetch(&self.exec.sql.state_ids(&filter))?
+            .session
+            .fetch(&self.session.sql.state_ids(&filter))?
             .into_iter()
             .map(|id| id.0)
             .collect())
@@ -257,8 +259,8 @@ impl<T: Transport, H: Host> Store<T, H> {
     pub fn get_all(&self, pattern: Option<&str>) -> Result<Vec<State>> {
         let filter = glob::filter(pattern)?;
         Ok(self
-            .exec
-            .fetch(&self.exec.sql.get_all(&filter))?
+            .session
+            .fetch(&self.session.sql.get_all(&filter))?
             .into_iter()
             .map(|row| State {
                 state_id: row.state_id,
@@ -288,10 +290,10 @@ impl<T: Transport, H: Host> Store<T, H> {
         }
         // Each id's own newest version, so each write lands above it (one read, one insert).
         let mut stored: HashMap<String, u64> = HashMap::new();
-        for row in self.exec.fetch(&self.exec.sql.versions())? {
+        for row in self.session.fetch(&self.session.sql.versions())? {
             stored.insert(row.state_id, row.version);
         }
-        let now = self.exec.host.now_ms();
+        let now = self.session.host.now_ms();
         let rows: Vec<(&State, u64)> = unique
             .into_iter()
             .map(|s| {
@@ -307,18 +309,18 @@ impl<T: Transport, H: Host> Store<T, H> {
 
     pub fn lock_info(&self, state_id: &str) -> Result<Option<LockInfo>> {
         validate_state_id(state_id)?;
-        lock::info(&self.exec, state_id)
+        lock::info(&self.session, state_id)
     }
 
     pub fn force_unlock(&self, state_id: &str) -> Result<bool> {
         validate_state_id(state_id)?;
-        lock::force_unlock(&self.exec, state_id)
+        lock::force_unlock(&self.session, state_id)
     }
 
     /// Deletes every live state, each by a tombstone above its version (as `delete`); returns
     /// how many.
     pub fn clear_all(&self) -> Result<u64> {
-        let live = self.exec.fetch(&self.exec.sql.live_versions())?;
+        let live = self.session.fetch(&self.session.sql.live_versions())?;
         let tombstones: Vec<(&str, u64)> = live
             .iter()
             .map(|row| (row.state_id.as_str(), self.next_version(row.version)))
@@ -332,11 +334,11 @@ impl<T: Transport, H: Host> Store<T, H> {
     /// A version for a new write: the host's clock, but never at or below what is stored, so a
     /// client whose clock is behind still overwrites.
     fn next_version(&self, stored_ms: u64) -> u64 {
-        self.exec.host.now_ms().max(stored_ms.saturating_add(1))
+        self.session.host.now_ms().max(stored_ms.saturating_add(1))
     }
 
     fn read_version(&self, query: &Query) -> Result<u64> {
-        rows::number(&self.exec.run(query)?)
+        rows::number(&self.session.run(query)?)
     }
 
     /// One INSERT of tombstones, each at its version, under a fresh deduplication token.
@@ -345,9 +347,9 @@ impl<T: Transport, H: Host> Store<T, H> {
         for (state_id, version_ms) in tombstones {
             sql::encode_tombstone(state_id, *version_ms, &mut data)?;
         }
-        let token = self.exec.new_token();
-        self.exec
-            .run(&self.exec.sql.insert_states(data, &token))
+        let token = self.session.new_token();
+        self.session
+            .run(&self.session.sql.insert_states(data, &token))
             .map(drop)
     }
 
@@ -370,9 +372,9 @@ impl<T: Transport, H: Host> Store<T, H> {
         for (state, version_ms) in rows {
             state.row(*version_ms).encode(&mut data)?;
         }
-        let token = self.exec.new_token();
-        self.exec
-            .run(&self.exec.sql.insert_states(data, &token))
+        let token = self.session.new_token();
+        self.session
+            .run(&self.session.sql.insert_states(data, &token))
             .map(drop)
     }
 }

@@ -68,10 +68,12 @@ pub struct Lock {
     pub token: u64,
 }
 
-/// One instance of the component, connected to one state store.
+/// One instance of the component, connected to one ClickHouse.
 pub struct Backend {
-    store: Store<HostState>,
+    /// The instance's wasmtime store: its memory, its limits and the host's state for it.
+    sandbox: Store<HostState>,
     bindings: ClickhouseStateBackend,
+    /// The guest's `store` resource (the contract's word for a connected backend).
     handle: ResourceAny,
 }
 
@@ -82,38 +84,38 @@ macro_rules! call {
         $self.begin_call();
         let guest = $self.bindings.meltano_state_backend_backend().store();
         let result = guest
-            .$method(&mut $self.store, $self.handle $(, $arg)*)
+            .$method(&mut $self.sandbox, $self.handle $(, $arg)*)
             .await;
-        let result = end_call(&mut $self.store, result)?;
-        guest_result(&$self.store, result)
+        let result = end_call(&mut $self.sandbox, result)?;
+        guest_result(&$self.sandbox, result)
     }};
 }
 
 impl Backend {
     fn begin_call(&mut self) {
-        self.store.data().took_refusal();
-        self.store.data().took_detail();
-        let limits = &mut self.store.data_mut().limits;
+        self.sandbox.data().took_refusal();
+        self.sandbox.data().took_detail();
+        let limits = &mut self.sandbox.data_mut().limits;
         limits.begin_call();
         limits.last_panic = None;
     }
 
     pub(crate) async fn open(
-        mut store: Store<HostState>,
+        mut sandbox: Store<HostState>,
         bindings: ClickhouseStateBackend,
         uri: &str,
         settings: Settings,
     ) -> Result<Self> {
-        store.data_mut().limits.begin_call();
+        sandbox.data_mut().limits.begin_call();
         let opened = bindings
             .meltano_state_backend_backend()
             .store()
-            .call_open(&mut store, uri, &settings)
+            .call_open(&mut sandbox, uri, &settings)
             .await;
-        let opened = end_call(&mut store, opened)?;
-        let handle = guest_result(&store, opened)?;
+        let opened = end_call(&mut sandbox, opened)?;
+        let handle = guest_result(&sandbox, opened)?;
         Ok(Backend {
-            store,
+            sandbox,
             bindings,
             handle,
         })
@@ -121,7 +123,7 @@ impl Backend {
 
     /// The instance's linear memory, in bytes: the most it ever needed, as memory only grows.
     pub fn peak_memory_bytes(&self) -> usize {
-        self.store.data().limits.peak_memory_bytes
+        self.sandbox.data().limits.peak_memory_bytes
     }
 
     pub async fn get(&mut self, state_id: &str) -> Result<Option<State>> {
@@ -173,8 +175,8 @@ impl Backend {
         let resource = call!(self.call_acquire_lock(state_id))?;
         self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
-        let token = lock_api.call_token(&mut self.store, resource).await;
-        let token = end_call(&mut self.store, token)?;
+        let token = lock_api.call_token(&mut self.sandbox, resource).await;
+        let token = end_call(&mut self.sandbox, token)?;
         Ok(Lock {
             resource,
             state_id: state_id.to_string(),
@@ -186,17 +188,17 @@ impl Backend {
     pub async fn renew(&mut self, lock: &Lock) -> Result<()> {
         self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
-        let renewed = lock_api.call_renew(&mut self.store, lock.resource).await;
-        let renewed = end_call(&mut self.store, renewed)?;
-        guest_result(&self.store, renewed)
+        let renewed = lock_api.call_renew(&mut self.sandbox, lock.resource).await;
+        let renewed = end_call(&mut self.sandbox, renewed)?;
+        guest_result(&self.sandbox, renewed)
     }
 
     /// Owner, token and lease of a held lock, as the guest sees it.
     pub async fn lock_details(&mut self, lock: &Lock) -> Result<LockInfo> {
         self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
-        let info = lock_api.call_info(&mut self.store, lock.resource).await;
-        Ok(info_from_wit(end_call(&mut self.store, info)?))
+        let info = lock_api.call_info(&mut self.sandbox, lock.resource).await;
+        Ok(info_from_wit(end_call(&mut self.sandbox, info)?))
     }
 
     /// Overwrites the lock's state, fenced by the lock.
@@ -223,18 +225,20 @@ impl Backend {
     pub async fn release(&mut self, lock: Lock) -> Result<()> {
         self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
-        let released = lock_api.call_release(&mut self.store, lock.resource).await;
-        let released = end_call(&mut self.store, released);
+        let released = lock_api
+            .call_release(&mut self.sandbox, lock.resource)
+            .await;
+        let released = end_call(&mut self.sandbox, released);
         let dropped = lock
             .resource
-            .resource_drop_async(&mut self.store)
+            .resource_drop_async(&mut self.sandbox)
             .await
             .map_err(Error::trap);
         released?.map_err(Error::from)?;
         dropped
     }
 
-    /// Gives back what the store kept between calls and idled for long enough (a lock kept
+    /// Gives back what the guest's store kept between calls and idled for long enough (a lock kept
     /// after `update`); returns when to call again (unix ms by this instance's clock, see
     /// [`Backend::clock`]), or `None` when nothing is kept.
     pub async fn idle(&mut self) -> Result<Option<u64>> {
@@ -243,21 +247,22 @@ impl Backend {
 
     /// The clock this instance runs on (the host's, or a test's virtual one).
     pub fn clock(&self) -> std::sync::Arc<dyn crate::clock::Clock> {
-        self.store.data().clock()
+        self.sandbox.data().clock()
     }
 
     /// How long one call may run before it is stopped (`RuntimeOptions::call_deadline`, or the
     /// lock timeout and a minute): a caller that waits for an answer waits this long.
     pub fn call_deadline(&self) -> std::time::Duration {
-        self.store.data().limits.call_deadline
+        self.sandbox.data().limits.call_deadline
     }
 
-    /// Gives back everything the store kept, then drops the store resource inside the guest.
+    /// Gives back everything the guest's store kept, then drops the store resource inside the
+    /// guest.
     pub async fn close(mut self) -> Result<()> {
         let closed = call!(self.call_close());
         let dropped = self
             .handle
-            .resource_drop_async(&mut self.store)
+            .resource_drop_async(&mut self.sandbox)
             .await
             .map_err(Error::trap);
         closed.and(dropped)
@@ -269,19 +274,19 @@ impl Backend {
 /// The guest's answer as the host's, told apart by what the host saw during the call (see
 /// [`Error::with_refusal`], [`Error::with_detail`]).
 fn guest_result<T>(
-    store: &Store<HostState>,
+    sandbox: &Store<HostState>,
     result: std::result::Result<T, wit::Error>,
 ) -> Result<T> {
     result.map_err(|e| {
-        let data = store.data();
+        let data = sandbox.data();
         Error::from(e)
             .with_refusal(data.took_refusal())
             .with_detail(data.took_detail())
     })
 }
 
-fn end_call<R>(store: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R> {
-    let limits = &mut store.data_mut().limits;
+fn end_call<R>(sandbox: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R> {
+    let limits = &mut sandbox.data_mut().limits;
     limits.call_started = None;
     result.map_err(|trap| {
         if let Some(message) = limits

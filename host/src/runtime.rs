@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use clickhouse_state::config::Config;
 use wasmtime::{Engine, Store};
 
 use crate::backend::Backend;
@@ -209,11 +210,23 @@ impl Runtime {
         settings: Settings,
         options: InstanceOptions,
     ) -> Result<Backend> {
-        let explicit = options.egress.is_some();
         // The same parser the guest uses, compiled natively: the policy allows exactly the
         // endpoint the guest will call. A bad configuration fails here, with the guest's own
         // message.
-        let config = clickhouse_state::config::Config::parse(uri, &settings)?;
+        let config = Config::parse(uri, &settings)?;
+        self.open_parsed(&config, uri, settings, options).await
+    }
+
+    /// As [`Runtime::open_with`], with the configuration its caller parsed already (from
+    /// `uri` and `settings`, which the guest parses again on its side).
+    pub async fn open_parsed(
+        &self,
+        config: &Config,
+        uri: &str,
+        settings: Settings,
+        options: InstanceOptions,
+    ) -> Result<Backend> {
+        let explicit = options.egress.is_some();
         let egress = match options.egress {
             Some(egress) => egress,
             None => EgressPolicy::allow_only(vec![Authority::new(

@@ -2,11 +2,11 @@
 //! answered from what one replica has, its inserts sent into the world.
 
 use clickhouse_state::error::Error;
-use clickhouse_state::exec::Level;
 use clickhouse_state::lock::Attempt;
 use clickhouse_state::lock::fenced::{self, Event, LogEntry, Outlook};
 use clickhouse_state::lock::settle::{self, Candidate, Try};
 use clickhouse_state::lock::update::{Answer, Env, Statement, Step, Update};
+use clickhouse_state::session::Level;
 use clickhouse_state::set as overwrite;
 use clickhouse_state::sql::Guard;
 
@@ -219,7 +219,7 @@ impl LockModel {
                         stored: stored(),
                     })),
                     Statement::ReadNewest { .. } => {
-                        Ok(Answer::Newest(fenced::fold(log(view.clone()))))
+                        Ok(Answer::NewestGeneration(fenced::fold(log(view.clone()))))
                     }
                     Statement::ReadClaims { generation, .. } => Ok(Answer::Claims(
                         fenced::claims_on(log(view.clone()), generation, stored()),
@@ -252,7 +252,7 @@ impl LockModel {
                             };
                             Err((row, token, Some(guard)))
                         } else {
-                            Ok(Answer::Written(Some(0)))
+                            Ok(Answer::RowsWritten(Some(0)))
                         }
                     }
                 }
@@ -448,7 +448,7 @@ impl LockModel {
         match pc {
             Pc::Awaiting { update } => {
                 let answer = match row {
-                    Row::State { .. } => Answer::Written(Some(u64::from(!dropped))),
+                    Row::State { .. } => Answer::RowsWritten(Some(u64::from(!dropped))),
                     _ => Answer::Appended,
                 };
                 self.answer(world, client, update, answer);

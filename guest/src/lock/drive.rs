@@ -1,18 +1,18 @@
-//! Drives the lock's sans-IO machines (`update`) over an [`Exec`]: each statement becomes its
+//! Drives the lock's sans-IO machines (`update`) over a [`Session`]: each statement becomes its
 //! SQL, sent with the executor's retries; pauses are the host's sleep.
 
 use super::update::{Answer, Env, Limits, Renewal, Renewing, Statement, Step, Update};
 use super::{LockHandle, Locks, fenced};
 use crate::error::Result;
-use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
 use crate::rows;
+use crate::session::{Level, Platform, Session};
 use crate::sql::StateRow;
 
 /// The executor's host as the machines' [`Env`].
-struct ExecEnv<'a, T, H>(&'a Exec<T, H>);
+struct ExecEnv<'a, T, H>(&'a Session<T, H>);
 
-impl<T: Transport, H: Host> Env for ExecEnv<'_, T, H> {
+impl<T: Transport, H: Platform> Env for ExecEnv<'_, T, H> {
     fn now_ms(&self) -> u64 {
         self.0.host.now_ms()
     }
@@ -31,21 +31,21 @@ impl<T: Transport, H: Host> Env for ExecEnv<'_, T, H> {
 }
 
 /// Runs one `update` of `state_id` (parts validated by the caller) under the fenced lock.
-pub fn update<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub fn update<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
     partial: &str,
     completed: &str,
 ) -> Result<()> {
-    let mut env = ExecEnv(exec);
+    let mut env = ExecEnv(session);
     let mut machine = Update::new(
         state_id,
         partial,
         completed,
-        Limits::of(&exec.config),
+        Limits::of(&session.config),
         locks.take(state_id),
-        exec.host.now_ms(),
+        session.host.now_ms(),
     );
     let mut step = machine.start(&mut env);
     let result = loop {
@@ -54,11 +54,11 @@ pub fn update<T: Transport, H: Host>(
                 statement,
                 retry_until_ms,
             } => {
-                let answer = answer(exec, &statement, retry_until_ms);
+                let answer = answer(session, &statement, retry_until_ms);
                 machine.answer(answer, &mut env)
             }
             Step::Pause(ms) => {
-                exec.host.sleep_ms(ms);
+                session.host.sleep_ms(ms);
                 machine.answer(Answer::Resumed, &mut env)
             }
             Step::Done(result) => break result,
@@ -69,19 +69,19 @@ pub fn update<T: Transport, H: Host>(
 }
 
 /// Renews `lock` to `until_ms` (see [`Renewal`]); `lock-lost` when the log says it is not held.
-pub fn renew<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub fn renew<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     lock: &mut LockHandle,
     until_ms: u64,
 ) -> Result<()> {
-    let now = exec.host.now_ms();
+    let now = session.host.now_ms();
     let (mut renewal, mut next) =
-        Renewal::start(lock.clone(), until_ms, now, exec.config.lock_lease_ms);
+        Renewal::start(lock.clone(), until_ms, now, session.config.lock_lease_ms);
     loop {
         match next {
             Renewing::Send(statement) => {
-                let answer = answer(exec, &statement, None);
-                (renewal, next) = renewal.answer(answer, exec.host.now_ms());
+                let answer = answer(session, &statement, None);
+                (renewal, next) = renewal.answer(answer, session.host.now_ms());
             }
             Renewing::Renewed(renewed) => {
                 *lock = renewed;
@@ -92,36 +92,42 @@ pub fn renew<T: Transport, H: Host>(
     }
 }
 
-fn answer<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+fn answer<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     statement: &Statement,
     retry_until_ms: Option<u64>,
 ) -> Answer {
     let result = match retry_until_ms {
-        Some(until) => exec.retrying_until(until, || send(exec, statement)),
-        None => send(exec, statement),
+        Some(until) => session.retrying_until(until, || send(session, statement)),
+        None => send(session, statement),
     };
     result.unwrap_or_else(Answer::Failed)
 }
 
 /// Sends one statement of the protocol as its SQL.
-fn send<T: Transport, H: Host>(exec: &Exec<T, H>, statement: &Statement) -> Result<Answer> {
+fn send<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    statement: &Statement,
+) -> Result<Answer> {
     Ok(match statement {
         Statement::ReadOutlook { state_id } => Answer::Outlook(
-            exec.fetch_first(&exec.sql.log_outlook(state_id))?
+            session
+                .fetch_first(&session.sql.log_outlook(state_id))?
                 .unwrap_or_default(),
         ),
-        Statement::ReadNewest { state_id } => Answer::Newest(fenced::newest(exec, state_id)?),
+        Statement::ReadNewest { state_id } => {
+            Answer::NewestGeneration(fenced::newest(session, state_id)?)
+        }
         Statement::ReadClaims {
             state_id,
             generation,
-        } => Answer::Claims(exec.fetch(&exec.sql.log_claims(state_id, *generation, true))?),
+        } => Answer::Claims(session.fetch(&session.sql.log_claims(state_id, *generation, true))?),
         Statement::Append(entry) if entry.event == fenced::Event::Want => {
-            fenced::say_wanted(exec, entry)?;
+            fenced::say_wanted(session, entry)?;
             Answer::Appended
         }
         Statement::Append(entry) => {
-            fenced::append(exec, entry)?;
+            fenced::append(session, entry)?;
             Answer::Appended
         }
         Statement::WriteGuarded {
@@ -138,17 +144,19 @@ fn send<T: Transport, H: Host>(exec: &Exec<T, H>, statement: &Statement) -> Resu
                 version_ms: *version_ms,
             };
             if row.fits_in_params() {
-                Answer::Written(exec.run_written(&exec.sql.write_guarded(row, guard, token))?)
+                Answer::RowsWritten(
+                    session.run_written(&session.sql.write_guarded(row, guard, token))?,
+                )
             } else {
                 // Too large for query parameters: check, then insert (what the guard does, in
                 // two).
-                if rows::number(&exec.run(&exec.sql.guard_holds(guard))?)? != 1 {
-                    return Ok(Answer::Written(Some(0)));
+                if rows::number(&session.run(&session.sql.guard_holds(guard))?)? != 1 {
+                    return Ok(Answer::RowsWritten(Some(0)));
                 }
                 let mut data = Vec::new();
                 row.encode(&mut data)?;
-                exec.run(&exec.sql.insert_states(data, token))?;
-                Answer::Written(Some(1))
+                session.run(&session.sql.insert_states(data, token))?;
+                Answer::RowsWritten(Some(1))
             }
         }
     })

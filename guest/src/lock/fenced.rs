@@ -27,10 +27,10 @@ use serde::Serialize;
 use super::{Attempt, Doubt, LockHandle, Locks};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
-use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
 use crate::rows;
-pub use crate::rows::{Claim, Event, Newest, Outlook};
+pub use crate::rows::{Claim, Event, NewestGeneration, Outlook};
+use crate::session::{Level, Platform, Session};
 pub use crate::sql::Guard;
 
 /// Old generations are pruned once in this many grants.
@@ -39,7 +39,7 @@ const PRUNE_EVERY: u64 = 1024;
 const PRUNE_KEEP: u64 = 16;
 
 // The decisions below are pure, so that the model checker (`model/`) runs these very functions.
-impl Newest {
+impl NewestGeneration {
     pub fn is_free(&self, now_ms: u64) -> bool {
         self.generation == 0
             || self.released != 0
@@ -100,7 +100,7 @@ pub enum ClaimOutcome {
 
 /// Decides a claim by `owner` on `generation`, which followed `current` (read free).
 pub fn decide_claim(
-    current: &Newest,
+    current: &NewestGeneration,
     claims: &[Claim],
     owner: &str,
     generation: u64,
@@ -116,7 +116,7 @@ pub fn decide_claim(
 
 /// The generation `current` was free because its lease had ended, and a renewal of it has
 /// landed since.
-pub fn renewed_since(current: &Newest, claims: &[Claim]) -> bool {
+pub fn renewed_since(current: &NewestGeneration, claims: &[Claim]) -> bool {
     current.released == 0
         && current.forced == 0
         && claims
@@ -129,7 +129,12 @@ pub fn renewed_since(current: &Newest, claims: &[Claim]) -> bool {
 /// the stored version: the grant is the newest, claimed by its owner alone, neither released
 /// nor forced, while unconfirmed claimed by its owner alone and the generation it replaced not
 /// renewed past `previous_until`, and what is stored is what the write merged into.
-pub fn admits(guard: &Guard, newest: &Newest, claims: &[Claim], stored_version: u64) -> bool {
+pub fn admits(
+    guard: &Guard,
+    newest: &NewestGeneration,
+    claims: &[Claim],
+    stored_version: u64,
+) -> bool {
     stored_version == guard.expected_version
         && newest.generation == guard.generation
         && newest.released == 0
@@ -189,7 +194,7 @@ impl LogEntry {
 /// the grant it asks for, not yet decided.
 pub fn claim_handle(
     state_id: &str,
-    current: &Newest,
+    current: &NewestGeneration,
     now_ms: u64,
     lease_ms: u64,
     owner: String,
@@ -227,8 +232,8 @@ pub fn entry(lock: &LockHandle, event: Event, at_ms: u64) -> LogEntry {
 }
 
 /// The newest generation as it is once `lock` is released: what the next claim follows.
-pub fn released(lock: &LockHandle) -> Newest {
-    Newest {
+pub fn released(lock: &LockHandle) -> NewestGeneration {
+    NewestGeneration {
         generation: lock.token,
         owner: lock.owner.clone(),
         acquired_at_ms: lock.acquired_at_ms,
@@ -269,11 +274,11 @@ pub fn wanted_generation(entry: &LogEntry) -> Option<u64> {
 /// What `Statements::log_state` folds from an id's lock log: its newest generation (generation
 /// 0 when the id was never locked). The SQL is the one that runs; this is the same fold in
 /// Rust, for the model, and the engine test in `tests/tests/integration/statements.rs` checks that the two agree.
-pub fn fold<'a>(log: impl Iterator<Item = &'a LogEntry> + Clone) -> Newest {
+pub fn fold<'a>(log: impl Iterator<Item = &'a LogEntry> + Clone) -> NewestGeneration {
     let generation = log.clone().map(|e| e.generation).max().unwrap_or(0);
-    let mut folded = Newest {
+    let mut folded = NewestGeneration {
         generation,
-        ..Newest::default()
+        ..NewestGeneration::default()
     };
     if generation == 0 {
         return folded;
@@ -337,87 +342,97 @@ pub fn claims_on<'a>(
         .collect()
 }
 
-pub(crate) fn newest<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Newest> {
-    Ok(exec
-        .fetch_first(&exec.sql.log_state(state_id))?
+pub(crate) fn newest<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    state_id: &str,
+) -> Result<NewestGeneration> {
+    Ok(session
+        .fetch_first(&session.sql.log_state(state_id))?
         .unwrap_or_default())
 }
 
-pub(crate) fn append<T: Transport, H: Host>(exec: &Exec<T, H>, entry: &LogEntry) -> Result<()> {
+pub(crate) fn append<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    entry: &LogEntry,
+) -> Result<()> {
     let mut data = serde_json::to_vec(entry)
         .map_err(|e| Error::InvalidInput(format!("cannot encode a lock row: {e}")))?;
     data.push(b'\n');
-    exec.run(&exec.sql.log_insert(data, &entry.token()))
+    session
+        .run(&session.sql.log_insert(data, &entry.token()))
         .map(drop)
 }
 
 /// Appends a `want` row (`want`): one try, no retry. A lock log created by an older version
 /// lacks the event; it gains it (as `migrate` would) and the row goes once more.
-pub(crate) fn say_wanted<T: Transport, H: Host>(exec: &Exec<T, H>, row: &LogEntry) -> Result<()> {
-    let once = |f: &dyn Fn() -> Result<()>| exec.retrying_until(exec.host.now_ms(), f);
-    match once(&|| append(exec, row)) {
+pub(crate) fn say_wanted<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    row: &LogEntry,
+) -> Result<()> {
+    let once = |f: &dyn Fn() -> Result<()>| session.retrying_until(session.host.now_ms(), f);
+    match once(&|| append(session, row)) {
         // Once per instance (`add_lock_log_events`), each statement one try; on a cluster
         // (ON CLUSTER DDL can wait for every replica) that is `migrate`'s to do.
         Err(Error::Server(e)) if e.name == "UNKNOWN_ELEMENT_OF_ENUM" => {
-            if exec.config.cluster.is_some() {
+            if session.config.cluster.is_some() {
                 return Err(Error::Server(e));
             }
-            once(&|| exec.add_lock_log_events())?;
-            once(&|| append(exec, row))
+            once(&|| session.add_lock_log_events())?;
+            once(&|| append(session, row))
         }
         other => other,
     }
 }
 
-pub(crate) fn attempt<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn attempt<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
 ) -> Result<Attempt> {
     // A claim of ours whose read-back failed may have won: the log says whether it did.
     let doubt = locks.with(state_id, |m| m.doubt.take());
     if let Some(doubt) = doubt {
-        return resolve_doubt(exec, locks, state_id, doubt);
+        return resolve_doubt(session, locks, state_id, doubt);
     }
     // Fast path: this instance released the newest generation itself (Meltano's pattern: one
     // process, one state id, an update per STATE message), so claim the next one without
     // reading first. If anyone else got there, the claim loses and the full path runs.
     let last = locks.with(state_id, |m| m.released.take());
     if let Some(last) = last
-        && let granted @ Attempt::Granted(..) = claim(exec, locks, state_id, &last)?
+        && let granted @ Attempt::Granted(..) = claim(session, locks, state_id, &last)?
     {
         return Ok(granted);
     }
-    let now = exec.host.now_ms();
-    let current = newest(exec, state_id)?;
+    let now = session.host.now_ms();
+    let current = newest(session, state_id)?;
     if !current.is_free(now) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
-    claim(exec, locks, state_id, &current)
+    claim(session, locks, state_id, &current)
 }
 
 /// Claims the generation after `current` (which must be free) and reads back who got it.
-fn claim<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+fn claim<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
-    current: &Newest,
+    current: &NewestGeneration,
 ) -> Result<Attempt> {
-    let handle = append_claim(exec, state_id, current)?;
+    let handle = append_claim(session, state_id, current)?;
     let (generation, owner, now, lease_until) = (
         handle.token,
         handle.owner.clone(),
         handle.acquired_at_ms,
         handle.lease_until_ms,
     );
-    let read = exec.sql.log_claims(state_id, generation, false);
-    let body = match exec.run(&read.query) {
+    let read = session.sql.log_claims(state_id, generation, false);
+    let body = match session.run(&read.query) {
         Ok(body) => body,
         // The claim is in the log or not, and nobody knows which: if it won, the id would stay
         // locked for a whole lease by a holder that does not know it holds it. Keep it, so that
         // the next try (after the usual pause) reads the log and takes the grant if it is ours.
         Err(e) if e.is_transient() => {
-            exec.host.log(
+            session.host.log(
                 Level::Warn,
                 &format!(
                     "the read-back of a claim on {state_id:?} (token {generation}) failed: {e}"
@@ -448,7 +463,7 @@ fn claim<T: Transport, H: Host>(
     let outcome = decide_claim(current, &claims, &owner, generation);
     let renewed_since = outcome == ClaimOutcome::GivesWay;
     if renewed_since {
-        exec.host.log(
+        session.host.log(
             Level::Info,
             &format!(
                 "the claim on {state_id:?} (token {generation}) gives way to a renewal of token {}",
@@ -460,8 +475,9 @@ fn claim<T: Transport, H: Host>(
     if mine {
         if generation.is_multiple_of(PRUNE_EVERY) {
             // Asynchronous and best effort: old generations decide nothing.
-            if let Err(e) = exec.run(&exec.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
-                exec.host
+            if let Err(e) = session.run(&session.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
+                session
+                    .host
                     .log(Level::Warn, &format!("pruning the lock log failed: {e}"));
             }
         }
@@ -498,20 +514,20 @@ pub(crate) fn rival(claims: &[Claim], handle: &LockHandle) -> LockInfo {
 
 /// Appends a claim on the generation after `current` (which must be free): the grant it asks
 /// for, not yet decided.
-pub(crate) fn append_claim<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn append_claim<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     state_id: &str,
-    current: &Newest,
+    current: &NewestGeneration,
 ) -> Result<LockHandle> {
-    let now = exec.host.now_ms();
+    let now = session.host.now_ms();
     let handle = claim_handle(
         state_id,
         current,
         now,
-        exec.config.lock_lease_ms,
-        exec.new_token(),
+        session.config.lock_lease_ms,
+        session.new_token(),
     );
-    append(exec, &entry(&handle, Event::Acquire, now))?;
+    append(session, &entry(&handle, Event::Acquire, now))?;
     Ok(handle)
 }
 
@@ -520,38 +536,40 @@ pub(crate) fn append_claim<T: Transport, H: Host>(
 /// it, with the claims on its generation. The rule, not the log's fold: the fold names the
 /// earliest claim, which may have landed after a rival's read-back, or after a renewal of the
 /// generation it followed.
-fn doubt_outcome<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+fn doubt_outcome<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     doubt: &Doubt,
-    current: &Newest,
+    current: &NewestGeneration,
 ) -> Result<Option<(ClaimOutcome, Vec<Claim>)>> {
     let handle = &doubt.handle;
-    if !current.is_claim_of(handle) || exec.host.now_ms() > handle.lease_until_ms {
+    if !current.is_claim_of(handle) || session.host.now_ms() > handle.lease_until_ms {
         return Ok(None);
     }
-    let read = exec.sql.log_claims(&handle.state_id, handle.token, false);
-    let claims: Vec<Claim> = rows::all(&exec.run(&read.query)?)?;
+    let read = session
+        .sql
+        .log_claims(&handle.state_id, handle.token, false);
+    let claims: Vec<Claim> = rows::all(&session.run(&read.query)?)?;
     let outcome = decide_claim(&doubt.followed, &claims, &handle.owner, handle.token);
     Ok(Some((outcome, claims)))
 }
 
 /// Decides a claim in doubt from the log, as its read-back would have: granted if it won; held
 /// by whoever it gave way to or lost to; otherwise the usual path.
-fn resolve_doubt<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+fn resolve_doubt<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
     doubt: Doubt,
 ) -> Result<Attempt> {
     let keep = |doubt: Doubt| locks.with(state_id, |m| m.doubt = Some(doubt));
-    let current = match newest(exec, state_id) {
+    let current = match newest(session, state_id) {
         Ok(current) => current,
         Err(e) => {
             keep(doubt);
             return Err(e);
         }
     };
-    let outcome = match doubt_outcome(exec, &doubt, &current) {
+    let outcome = match doubt_outcome(session, &doubt, &current) {
         Ok(outcome) => outcome,
         Err(e) => {
             keep(doubt);
@@ -560,7 +578,7 @@ fn resolve_doubt<T: Transport, H: Host>(
     };
     match outcome {
         Some((ClaimOutcome::Mine, _)) => {
-            exec.host.log(
+            session.host.log(
                 Level::Info,
                 &format!(
                     "the claim in doubt on {state_id:?} (token {}) had won",
@@ -581,28 +599,28 @@ fn resolve_doubt<T: Transport, H: Host>(
         }
         None => {}
     }
-    if !current.is_free(exec.host.now_ms()) {
+    if !current.is_free(session.host.now_ms()) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
-    claim(exec, locks, state_id, &current)
+    claim(session, locks, state_id, &current)
 }
 
 /// When a lock is given up with a claim still in doubt: if the claim won, release it, so that
 /// the id is not blocked for a lease by a holder that never knew. Only if it won: a release row
 /// frees its generation whoever wrote it, and a lost claim's generation may be a rival's grant.
 /// Best effort.
-pub(crate) fn withdraw_doubt<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn withdraw_doubt<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
 ) {
     let Some(doubt) = locks.with(state_id, |m| m.doubt.take()) else {
         return;
     };
-    let outcome = newest(exec, state_id)
-        .and_then(|current| doubt_outcome(exec, &doubt, &current))
+    let outcome = newest(session, state_id)
+        .and_then(|current| doubt_outcome(session, &doubt, &current))
         .and_then(|outcome| match outcome {
-            Some((ClaimOutcome::Mine, _)) => release(exec, locks, &doubt.handle).map(|()| true),
+            Some((ClaimOutcome::Mine, _)) => release(session, locks, &doubt.handle).map(|()| true),
             _ => Ok(false),
         });
     let message = match outcome {
@@ -616,40 +634,46 @@ pub(crate) fn withdraw_doubt<T: Transport, H: Host>(
             doubt.handle.token
         ),
     };
-    exec.host.log(Level::Warn, &message);
+    session.host.log(Level::Warn, &message);
 }
 
-pub(crate) fn release<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn release<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     lock: &LockHandle,
 ) -> Result<()> {
-    append(exec, &entry(lock, Event::Release, exec.host.now_ms()))?;
+    append(session, &entry(lock, Event::Release, session.host.now_ms()))?;
     locks.with(&lock.state_id, |m| m.released = Some(released(lock)));
     Ok(())
 }
 
 /// Renews `lock`'s lease to `until_ms` (see `update::Renewal`, whose steps this runs).
-pub(crate) fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHandle) -> Result<()> {
-    let until = exec.host.now_ms().saturating_add(exec.config.lock_lease_ms);
-    super::drive::renew(exec, lock, until)
+pub(crate) fn renew<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    lock: &mut LockHandle,
+) -> Result<()> {
+    let until = session
+        .host
+        .now_ms()
+        .saturating_add(session.config.lock_lease_ms);
+    super::drive::renew(session, lock, until)
 }
 
-pub(crate) fn info<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn info<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     state_id: &str,
 ) -> Result<Option<LockInfo>> {
-    let current = newest(exec, state_id)?;
-    let now = exec.host.now_ms();
+    let current = newest(session, state_id)?;
+    let now = session.host.now_ms();
     Ok((!current.is_free(now)).then(|| current.info(state_id)))
 }
 
-pub(crate) fn force_unlock<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn force_unlock<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     state_id: &str,
 ) -> Result<bool> {
-    let current = newest(exec, state_id)?;
-    let now = exec.host.now_ms();
+    let current = newest(session, state_id)?;
+    let now = session.host.now_ms();
     if current.is_free(now) {
         return Ok(false);
     }
@@ -657,13 +681,13 @@ pub(crate) fn force_unlock<T: Transport, H: Host>(
         state_id: state_id.to_string(),
         generation: current.generation,
         event: Event::Force,
-        owner: exec.new_token(),
+        owner: session.new_token(),
         at_ms: now,
         until_ms: 0,
         floor_ms: 0,
     };
-    append(exec, &operator)?;
-    exec.host.log(
+    append(session, &operator)?;
+    session.host.log(
         Level::Warn,
         &format!(
             "lock on {state_id:?} held by {} (token {}) forced open",
@@ -674,11 +698,11 @@ pub(crate) fn force_unlock<T: Transport, H: Host>(
 }
 
 /// Checks in the log that `lock` is still the newest grant, neither released nor forced open.
-pub(crate) fn confirm_held<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn confirm_held<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     lock: &LockHandle,
 ) -> Result<()> {
-    if !newest(exec, &lock.state_id)?.still_held_by(lock) {
+    if !newest(session, &lock.state_id)?.still_held_by(lock) {
         return Err(lost(lock, "a later holder has it, or it was forced open"));
     }
     Ok(())
@@ -695,8 +719,8 @@ pub(crate) fn lost(lock: &LockHandle, why: &str) -> Error {
 mod tests {
     use super::*;
 
-    fn newest(released: bool, forced: bool, until: u64, cap: u64, floor: u64) -> Newest {
-        Newest {
+    fn newest(released: bool, forced: bool, until: u64, cap: u64, floor: u64) -> NewestGeneration {
+        NewestGeneration {
             generation: 3,
             owner: "o".into(),
             acquired_at_ms: 100,
@@ -739,7 +763,7 @@ mod tests {
         log.push(wants(2));
         let after = fold(log.iter());
         assert_eq!((after.generation, after.wanted), (2, 1));
-        assert_eq!(Newest { wanted: 0, ..after }, before);
+        assert_eq!(NewestGeneration { wanted: 0, ..after }, before);
         for generation in [1, 2] {
             // Generation 1's previous generation is 0, where the wants are.
             assert_eq!(
@@ -756,7 +780,7 @@ mod tests {
 
     #[test]
     fn free_when_released_forced_or_expired() {
-        assert!(Newest::default().is_free(0));
+        assert!(NewestGeneration::default().is_free(0));
         assert!(!newest(false, false, 1_000, 0, 0).is_free(1_000));
         assert!(newest(false, false, 1_000, 0, 0).is_free(1_001));
         assert!(newest(true, false, 1_000, 0, 0).is_free(500));
@@ -803,6 +827,6 @@ mod tests {
         assert_eq!(newest(false, false, 9_000, 0, 0).next_floor(), 9_001);
         // floors never go down, even after a grant that wrote nothing
         assert_eq!(newest(true, false, 9_000, 0, 5_000).next_floor(), 5_000);
-        assert_eq!(Newest::default().next_floor(), 0);
+        assert_eq!(NewestGeneration::default().next_floor(), 0);
     }
 }

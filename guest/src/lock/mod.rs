@@ -21,8 +21,8 @@ use std::collections::HashMap;
 
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
-use crate::exec::{Exec, Host, Level};
 use crate::http::Transport;
+use crate::session::{Level, Platform, Session};
 
 /// A granted lock.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -47,7 +47,7 @@ pub struct LockHandle {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Doubt {
     pub handle: LockHandle,
-    pub followed: fenced::Newest,
+    pub followed: fenced::NewestGeneration,
 }
 
 /// A grant kept between updates (linger), with the state its last write stored.
@@ -67,7 +67,7 @@ pub struct Memory {
     pub kept: Option<Kept>,
     /// The generation this instance released last: the next claim follows it without reading
     /// first (an `update`'s, unless the id is shared).
-    pub released: Option<fenced::Newest>,
+    pub released: Option<fenced::NewestGeneration>,
     /// A claim whose fate is unknown (its read-back or a write under it failed): the claim may
     /// have won, so the next try looks in the log whether it did (see `fenced`).
     pub doubt: Option<Doubt>,
@@ -181,22 +181,22 @@ pub enum Attempt {
     Held(LockInfo),
 }
 
-pub fn acquire<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub fn acquire<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
 ) -> Result<LockHandle> {
-    let config = &exec.config;
-    let deadline = exec.host.now_ms().saturating_add(config.lock_timeout_ms);
+    let config = &session.config;
+    let deadline = session.host.now_ms().saturating_add(config.lock_timeout_ms);
     let mut wait = wait::Wait::default();
     loop {
         let attempt = match config.lock_mode {
-            LockMode::Fenced => fenced::attempt(exec, locks, state_id)?,
-            LockMode::Settle => settle::attempt(exec, state_id)?,
+            LockMode::Fenced => fenced::attempt(session, locks, state_id)?,
+            LockMode::Settle => settle::attempt(session, state_id)?,
         };
         let holder = match attempt {
             Attempt::Granted(handle) => {
-                exec.host.log(
+                session.host.log(
                     Level::Debug,
                     &format!(
                         "lock on {state_id:?} granted to {} (token {})",
@@ -207,88 +207,97 @@ pub fn acquire<T: Transport, H: Host>(
             }
             Attempt::Held(info) => info,
         };
-        pause(exec, locks, state_id, deadline, &mut wait, holder)?;
+        pause(session, locks, state_id, deadline, &mut wait, holder)?;
     }
 }
 
 /// One pause of the wait loop while `holder` has the lock (see [`wait`]): `Locked` once
 /// `deadline` has passed.
-pub fn pause<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub fn pause<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
     deadline: u64,
     wait: &mut wait::Wait,
     holder: LockInfo,
 ) -> Result<()> {
-    let now = exec.host.now_ms();
+    let now = session.host.now_ms();
     if now >= deadline {
-        if exec.config.lock_mode == LockMode::Fenced {
-            fenced::withdraw_doubt(exec, locks, state_id);
+        if session.config.lock_mode == LockMode::Fenced {
+            fenced::withdraw_doubt(session, locks, state_id);
         }
         return Err(Error::Locked(holder));
     }
-    let jitter = 80 + (exec.host.random_u128() % 41) as u64;
+    let jitter = 80 + (session.host.random_u128() % 41) as u64;
     let pause = wait
-        .pause_ms(holder.token, exec.config.lock_retry_ms, jitter)
+        .pause_ms(holder.token, session.config.lock_retry_ms, jitter)
         .clamp(1, deadline - now);
-    if exec.config.lock_mode == LockMode::Fenced && wait.should_want(holder.token) {
+    if session.config.lock_mode == LockMode::Fenced && wait.should_want(holder.token) {
         // A hint for a keeper (see `idle`): one try, and its failure changes nothing.
         let row = fenced::want(&holder, now);
-        if let Err(e) = fenced::say_wanted(exec, &row) {
-            exec.host.log(
+        if let Err(e) = fenced::say_wanted(session, &row) {
+            session.host.log(
                 Level::Debug,
                 &format!("saying that the lock of {state_id:?} is wanted failed: {e}"),
             );
         }
     }
-    exec.host.sleep_ms(pause);
+    session.host.sleep_ms(pause);
     Ok(())
 }
 
-pub fn release<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub fn release<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     lock: &LockHandle,
 ) -> Result<()> {
     match lock.mode {
-        LockMode::Fenced => fenced::release(exec, locks, lock),
-        LockMode::Settle => settle::release(exec, lock),
+        LockMode::Fenced => fenced::release(session, locks, lock),
+        LockMode::Settle => settle::release(session, lock),
     }
 }
 
 /// Runs `f`, a write under `lock`, with no retry starting once a contender may see the lease
 /// ended: the retry budget never stretches a lock past its lease.
-pub fn within_lease<T: Transport, H: Host, R>(
-    exec: &Exec<T, H>,
+pub fn within_lease<T: Transport, H: Platform, R>(
+    session: &Session<T, H>,
     lock: &LockHandle,
     f: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    let margin = fenced::lease_margin_ms(exec.config.lock_lease_ms);
-    exec.retrying_until(lock.lease_until_ms.saturating_sub(margin), f)
+    let margin = fenced::lease_margin_ms(session.config.lock_lease_ms);
+    session.retrying_until(lock.lease_until_ms.saturating_sub(margin), f)
 }
 
 /// Extends the lease from now. Fails with `lock-lost` when the lock is no longer this grant's.
-pub fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHandle) -> Result<()> {
+pub fn renew<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    lock: &mut LockHandle,
+) -> Result<()> {
     match lock.mode {
-        LockMode::Fenced => fenced::renew(exec, lock),
-        LockMode::Settle => settle::renew(exec, lock),
+        LockMode::Fenced => fenced::renew(session, lock),
+        LockMode::Settle => settle::renew(session, lock),
     }
 }
 
 /// Who holds the lock of an id now, if anyone.
-pub fn info<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Option<LockInfo>> {
-    match exec.config.lock_mode {
-        LockMode::Fenced => fenced::info(exec, state_id),
-        LockMode::Settle => settle::info(exec, state_id),
+pub fn info<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    state_id: &str,
+) -> Result<Option<LockInfo>> {
+    match session.config.lock_mode {
+        LockMode::Fenced => fenced::info(session, state_id),
+        LockMode::Settle => settle::info(session, state_id),
     }
 }
 
 /// Breaks the lock of an id, whoever holds it; returns whether one was held.
-pub fn force_unlock<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<bool> {
-    match exec.config.lock_mode {
-        LockMode::Fenced => fenced::force_unlock(exec, state_id),
-        LockMode::Settle => settle::force_unlock(exec, state_id),
+pub fn force_unlock<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    state_id: &str,
+) -> Result<bool> {
+    match session.config.lock_mode {
+        LockMode::Fenced => fenced::force_unlock(session, state_id),
+        LockMode::Settle => settle::force_unlock(session, state_id),
     }
 }
 
@@ -327,17 +336,17 @@ pub fn propose_version(lock: &LockHandle, now_ms: u64, stored_ms: u64) -> Result
 /// recorded in the grant before the write is sent: the write may land after its sender gave up,
 /// and the release cap must cover it. A version above the lease is first covered by a renewal
 /// to it (see `update`).
-pub fn write_version<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub fn write_version<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     lock: &mut LockHandle,
     stored_ms: u64,
 ) -> Result<u64> {
-    let now = exec.host.now_ms();
+    let now = session.host.now_ms();
     let version = match propose_version(lock, now, stored_ms)? {
         Proposed::Within(v) => v,
         Proposed::AboveLease(v) => {
-            let until = now.saturating_add(exec.config.lock_lease_ms).max(v);
-            drive::renew(exec, lock, until)?;
+            let until = now.saturating_add(session.config.lock_lease_ms).max(v);
+            drive::renew(session, lock, until)?;
             v
         }
     };
@@ -352,33 +361,33 @@ pub fn write_version<T: Transport, H: Host>(
 /// interval: a waiter that found it held appended a `want` row (`fenced::want`), and it is given
 /// back at once, so that the waiter waits about one interval rather than the linger. A stream
 /// faster than the interval never looks (its renewals read the log instead; see `update`).
-pub fn idle<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub fn idle<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     all: bool,
 ) -> Result<Option<u64>> {
-    let now = exec.host.now_ms();
-    let linger = exec.config.lock_linger_ms;
+    let now = session.host.now_ms();
+    let linger = session.config.lock_linger_ms;
     // Not more often than 10 times a second, whatever the retry interval.
-    let look = exec.config.lock_retry_ms.max(100);
+    let look = session.config.lock_retry_ms.max(100);
     let mut wanted = Vec::new();
     if !all {
         for state_id in locks.kept_unlooked(now, look, linger) {
             // A look, not a decision: one try, no retry.
-            let newest = exec.retrying_until(now, || fenced::newest(exec, &state_id));
+            let newest = session.retrying_until(now, || fenced::newest(session, &state_id));
             // From when the answer came: a slow look does not make the next one due at once.
-            let looked = exec.host.now_ms();
+            let looked = session.host.now_ms();
             locks.with(&state_id, |m| {
                 let Some(kept) = m.kept.as_mut() else { return };
                 kept.checked_ms = looked;
                 match &newest {
                     Ok(n) if n.wanted != 0 || !n.still_held_by(&kept.handle) => {
                         m.shared_until_ms =
-                            now.saturating_add(update::Limits::of(&exec.config).lease_ms);
+                            now.saturating_add(update::Limits::of(&session.config).lease_ms);
                         wanted.extend(m.kept.take());
                     }
                     Ok(_) => {}
-                    Err(e) => exec.host.log(
+                    Err(e) => session.host.log(
                         Level::Debug,
                         &format!("looking whether the lock of {state_id:?} is wanted failed: {e}"),
                     ),
@@ -390,8 +399,8 @@ pub fn idle<T: Transport, H: Host>(
     due.extend(wanted);
     let mut first_error = None;
     for kept in due {
-        if let Err(e) = release_kept_grant(exec, locks, kept) {
-            exec.host.log(
+        if let Err(e) = release_kept_grant(session, locks, kept) {
+            session.host.log(
                 Level::Warn,
                 &format!("releasing a kept lock failed; it ends with its lease: {e}"),
             );
@@ -405,25 +414,25 @@ pub fn idle<T: Transport, H: Host>(
 }
 
 /// Releases the kept grant of one id, if any (before the instance takes its lock another way).
-pub fn release_kept<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub fn release_kept<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
 ) -> Result<()> {
     match locks.with(state_id, |m| m.kept.take()) {
-        Some(kept) => release_kept_grant(exec, locks, kept),
+        Some(kept) => release_kept_grant(session, locks, kept),
         None => Ok(()),
     }
 }
 
 /// Releases a kept grant, remembering what it wrote last for the next claim's basis.
-fn release_kept_grant<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+fn release_kept_grant<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     locks: &Locks,
     kept: Kept,
 ) -> Result<()> {
-    fenced::release(exec, locks, &kept.handle)?;
-    exec.host.log(
+    fenced::release(session, locks, &kept.handle)?;
+    session.host.log(
         Level::Debug,
         &format!("gave back the kept lock of {:?}", kept.handle.state_id),
     );
@@ -438,16 +447,19 @@ fn release_kept_grant<T: Transport, H: Host>(
 /// was retried); its own write would then bury this one, acknowledged or not. The log says
 /// whether the write was in time: if the grant is still the newest, no contender has claimed
 /// yet, and any later one reads the state after the write.
-pub fn confirm_write<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &LockHandle) -> Result<()> {
+pub fn confirm_write<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    lock: &LockHandle,
+) -> Result<()> {
     let late = fenced::near_lease_end(
-        exec.host.now_ms(),
+        session.host.now_ms(),
         lock.lease_until_ms,
-        exec.config.lock_lease_ms,
+        session.config.lock_lease_ms,
     );
     if lock.mode != LockMode::Fenced || !late {
         return Ok(());
     }
-    fenced::confirm_held(exec, lock).map_err(|e| match e {
+    fenced::confirm_held(session, lock).map_err(|e| match e {
         Error::LockLost(why) => Error::LockLost(format!(
             "the write was acknowledged after the lease ended and may not count: {why}"
         )),

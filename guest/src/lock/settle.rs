@@ -21,9 +21,9 @@ use serde::Serialize;
 use super::{Attempt, LockHandle};
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
-use crate::exec::{Exec, Host};
 use crate::http::Transport;
 pub use crate::rows::Candidate;
+use crate::session::{Platform, Session};
 
 #[derive(Serialize)]
 struct CandidateRow<'a> {
@@ -241,40 +241,43 @@ impl Try {
 }
 
 /// One try, driven over the executor; the settle pause is the host's sleep.
-pub(crate) fn attempt<T: Transport, H: Host>(exec: &Exec<T, H>, state_id: &str) -> Result<Attempt> {
+pub(crate) fn attempt<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    state_id: &str,
+) -> Result<Attempt> {
     let (mut attempt, mut step) = Try::start(
         state_id,
-        exec.new_token(),
-        exec.host.now_ms(),
-        exec.config.lock_lease_ms,
-        exec.config.lock_settle_ms,
+        session.new_token(),
+        session.host.now_ms(),
+        session.config.lock_lease_ms,
+        session.config.lock_settle_ms,
     );
     loop {
         let answer = match step {
             Step::Done(result) => return result,
             Step::Pause(ms) => {
-                exec.host.sleep_ms(ms);
+                session.host.sleep_ms(ms);
                 Ok(Answer::Resumed)
             }
-            Step::Send(Statement::DeleteStale { cutoff_s }) => exec
-                .run(&exec.sql.lock_delete_stale(state_id, cutoff_s))
+            Step::Send(Statement::DeleteStale { cutoff_s }) => session
+                .run(&session.sql.lock_delete_stale(state_id, cutoff_s))
                 .map(|_| Answer::Done),
             Step::Send(Statement::ReadCandidates { cutoff_s }) => {
-                candidates(exec, state_id, cutoff_s).map(Answer::Candidates)
+                candidates(session, state_id, cutoff_s).map(Answer::Candidates)
             }
             Step::Send(Statement::Insert { lock_id, now_ms }) => {
-                insert(exec, state_id, &lock_id, now_ms).map(|()| Answer::Done)
+                insert(session, state_id, &lock_id, now_ms).map(|()| Answer::Done)
             }
-            Step::Send(Statement::Delete { lock_id }) => exec
-                .run(&exec.sql.lock_delete(state_id, &lock_id))
+            Step::Send(Statement::Delete { lock_id }) => session
+                .run(&session.sql.lock_delete(state_id, &lock_id))
                 .map(|_| Answer::Done),
         };
-        step = attempt.answer(answer.unwrap_or_else(Answer::Failed), exec.host.now_ms());
+        step = attempt.answer(answer.unwrap_or_else(Answer::Failed), session.host.now_ms());
     }
 }
 
-fn insert<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+fn insert<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     state_id: &str,
     lock_id: &str,
     now_ms: u64,
@@ -288,20 +291,29 @@ fn insert<T: Transport, H: Host>(
         .map_err(|e| Error::InvalidInput(format!("cannot encode lock row: {e}")))?;
     data.push(b'\n');
     let token = format!("{lock_id}/{now_ms}");
-    exec.run(&exec.sql.lock_insert(data, &token)).map(drop)
+    session
+        .run(&session.sql.lock_insert(data, &token))
+        .map(drop)
 }
 
-pub(crate) fn release<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &LockHandle) -> Result<()> {
-    exec.run(&exec.sql.lock_delete(&lock.state_id, &lock.owner))
+pub(crate) fn release<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    lock: &LockHandle,
+) -> Result<()> {
+    session
+        .run(&session.sql.lock_delete(&lock.state_id, &lock.owner))
         .map(drop)
 }
 
 /// A fresh row for our candidate id: the Python backend sees a live candidate and waits, and its
 /// staleness check starts over.
-pub(crate) fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHandle) -> Result<()> {
-    let now = exec.host.now_ms();
-    let lease = exec.config.lock_lease_ms;
-    let still_ours = candidates(exec, &lock.state_id, cutoff_s(now, lease))?
+pub(crate) fn renew<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    lock: &mut LockHandle,
+) -> Result<()> {
+    let now = session.host.now_ms();
+    let lease = session.config.lock_lease_ms;
+    let still_ours = candidates(session, &lock.state_id, cutoff_s(now, lease))?
         .iter()
         .any(|c| c.lock_id == lock.owner);
     if !still_ours || now >= lock.lease_until_ms {
@@ -310,37 +322,37 @@ pub(crate) fn renew<T: Transport, H: Host>(exec: &Exec<T, H>, lock: &mut LockHan
             lock.state_id
         )));
     }
-    insert(exec, &lock.state_id, &lock.owner, now)?;
+    insert(session, &lock.state_id, &lock.owner, now)?;
     lock.lease_until_ms = now + lease;
     Ok(())
 }
 
-pub(crate) fn info<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn info<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     state_id: &str,
 ) -> Result<Option<LockInfo>> {
-    let lease = exec.config.lock_lease_ms;
-    let now = exec.host.now_ms();
-    Ok(candidates(exec, state_id, cutoff_s(now, lease))?
+    let lease = session.config.lock_lease_ms;
+    let now = session.host.now_ms();
+    Ok(candidates(session, state_id, cutoff_s(now, lease))?
         .first()
         .map(|c| c.info(state_id, lease)))
 }
 
-pub(crate) fn force_unlock<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+pub(crate) fn force_unlock<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     state_id: &str,
 ) -> Result<bool> {
-    let held = info(exec, state_id)?.is_some();
-    exec.run(&exec.sql.lock_delete_all(state_id))?;
+    let held = info(session, state_id)?.is_some();
+    session.run(&session.sql.lock_delete_all(state_id))?;
     Ok(held)
 }
 
-fn candidates<T: Transport, H: Host>(
-    exec: &Exec<T, H>,
+fn candidates<T: Transport, H: Platform>(
+    session: &Session<T, H>,
     state_id: &str,
     cutoff_s: u64,
 ) -> Result<Vec<Candidate>> {
-    exec.fetch(&exec.sql.lock_candidates(state_id, cutoff_s))
+    session.fetch(&session.sql.lock_candidates(state_id, cutoff_s))
 }
 
 #[cfg(test)]

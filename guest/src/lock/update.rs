@@ -30,15 +30,15 @@
 //! [`Env`]. The component drives it over HTTP (`lock::drive`); the model (`model/`) drives the
 //! very same type through its simulated ClickHouse.
 
-use super::fenced::{self, ClaimOutcome, Event, LogEntry, Newest, Outlook};
+use super::fenced::{self, ClaimOutcome, Event, LogEntry, NewestGeneration, Outlook};
 use super::wait::Wait;
 use super::{Doubt, Kept, LockHandle, Memory, Proposed, StoredRow, propose_version};
 use crate::config::Config;
 use crate::error::{Error, LockInfo, Result};
-use crate::exec::Level;
 use crate::merge::{merged, parse_object};
 use crate::retry;
 use crate::rows::Claim;
+use crate::session::Level;
 use crate::sql::Guard;
 
 /// What the protocol asks of its surroundings besides the statements: time, tokens, a log.
@@ -118,11 +118,11 @@ pub enum Statement {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Outlook(Outlook),
-    Newest(Newest),
+    NewestGeneration(NewestGeneration),
     Claims(Vec<Claim>),
     Appended,
     /// How many rows a guarded write wrote (`None`: the server did not say).
-    Written(Option<u64>),
+    RowsWritten(Option<u64>),
     /// The pause is over.
     Resumed,
     /// The statement failed (after the driver's retries): it may or may not have landed.
@@ -222,19 +222,21 @@ impl Renewal {
         let lost =
             |lock: &LockHandle| fenced::lost(lock, "a later holder has it, or it was forced open");
         let (stage, next) = match (stage, answer) {
-            (RenewStage::Check, Answer::Newest(n)) if n.still_held_by(&lock) => {
+            (RenewStage::Check, Answer::NewestGeneration(n)) if n.still_held_by(&lock) => {
                 let mut renewed = lock.clone();
                 renewed.lease_until_ms = until_ms;
                 let row = fenced::entry(&renewed, Event::Renew, now_ms);
                 (RenewStage::Append, Renewing::Send(Statement::Append(row)))
             }
             (RenewStage::Append, Answer::Appended) => (RenewStage::Confirm, Renewing::Send(read)),
-            (RenewStage::Confirm, Answer::Newest(n)) if n.still_held_by(&lock) => {
+            (RenewStage::Confirm, Answer::NewestGeneration(n)) if n.still_held_by(&lock) => {
                 lock.lease_until_ms = until_ms;
                 (stage, Renewing::Renewed(lock.clone()))
             }
             (_, Answer::Failed(e)) => (stage, Renewing::Failed(e, lock.clone())),
-            (_, Answer::Newest(_)) => (stage, Renewing::Failed(lost(&lock), lock.clone())),
+            (_, Answer::NewestGeneration(_)) => {
+                (stage, Renewing::Failed(lost(&lock), lock.clone()))
+            }
             (_, other) => (stage, Renewing::Failed(unexpected(&other), lock.clone())),
         };
         (
@@ -256,16 +258,16 @@ fn unexpected(answer: &Answer) -> Error {
 
 /// A grant an update may write under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Ready {
+pub struct Grant {
     pub handle: LockHandle,
     /// The state the write merges into (partial, completed, version), none when none is stored.
     pub basis: Option<StoredRow>,
     /// The generation the claim replaced, while the claim is not yet confirmed (its first
     /// write confirms it); `None` once confirmed.
-    pub claimed_after: Option<Newest>,
+    pub claimed_after: Option<NewestGeneration>,
 }
 
-impl Ready {
+impl Grant {
     fn basis_version(&self) -> u64 {
         self.basis.as_ref().map_or(0, |(_, _, v)| *v)
     }
@@ -317,22 +319,22 @@ enum Phase {
     },
     /// The claim is on its way.
     Claiming {
-        ready: Ready,
+        ready: Grant,
     },
     /// The guarded write of `row` is on its way.
     Writing {
-        ready: Ready,
+        ready: Grant,
         row: StoredRow,
     },
     /// Reading whether the grant is ours and what is stored, after a refused write of
     /// `attempted` (or before any write, to decide a claim).
     Rechecking {
-        ready: Ready,
+        ready: Grant,
         attempted: Option<StoredRow>,
     },
     /// The write of `row` was acknowledged near the lease end: is the grant still the newest?
     Confirming {
-        ready: Ready,
+        ready: Grant,
         row: StoredRow,
     },
     /// Releasing after the update (no linger).
@@ -476,7 +478,7 @@ impl Update {
                             self.state_id, doubt.handle.token
                         ),
                     );
-                    let ready = Ready {
+                    let ready = Grant {
                         handle: doubt.handle,
                         basis: outlook.stored,
                         claimed_after: Some(doubt.followed),
@@ -495,11 +497,13 @@ impl Update {
             (Phase::Claiming { ready }, Answer::Appended) => self.write(ready, env),
             // The claim may have landed: keep it in doubt, for the next try to settle.
             (Phase::Claiming { ready }, Answer::Failed(e)) => self.fail(ready, e, env),
-            (Phase::Writing { ready, row }, Answer::Written(Some(1))) => {
+            (Phase::Writing { ready, row }, Answer::RowsWritten(Some(1))) => {
                 self.written(ready, row, env)
             }
             // Refused (or the server did not say): read what decides it.
-            (Phase::Writing { ready, row }, Answer::Written(_)) => self.recheck(ready, Some(row)),
+            (Phase::Writing { ready, row }, Answer::RowsWritten(_)) => {
+                self.recheck(ready, Some(row))
+            }
             (Phase::Writing { ready, row }, Answer::Failed(e)) if self.ran_out(&ready, &e, env) => {
                 self.out_of_lease(ready, row, e, env)
             }
@@ -516,7 +520,7 @@ impl Update {
                 self.rechecked(ready, attempted, outlook.stored, env)
             }
             (Phase::Rechecking { ready, .. }, Answer::Failed(e)) => self.fail(ready, e, env),
-            (Phase::Confirming { ready, row }, Answer::Newest(newest)) => {
+            (Phase::Confirming { ready, row }, Answer::NewestGeneration(newest)) => {
                 if newest.still_held_by(&ready.handle) {
                     return self.succeed(ready, row, env);
                 }
@@ -599,7 +603,7 @@ impl Update {
             let (renewal, next) = Renewal::start(kept.handle, until, now, lease);
             return self.renewing(renewal, next, kept.basis, AfterRenewal::Resume, env);
         }
-        let ready = Ready {
+        let ready = Grant {
             handle: kept.handle,
             basis: kept.basis,
             claimed_after: None,
@@ -610,7 +614,7 @@ impl Update {
     /// Whether the guarded write failed because its retries reached the grant's lease (the
     /// driver tries no more once the next try would start past it): a transient failure,
     /// received no more than one retry pause before that bound.
-    fn ran_out(&self, ready: &Ready, error: &Error, env: &impl Env) -> bool {
+    fn ran_out(&self, ready: &Grant, error: &Error, env: &impl Env) -> bool {
         let bound = ready
             .handle
             .lease_until_ms
@@ -626,7 +630,7 @@ impl Update {
     /// a grant may run out (`MAX_HAND_BACKS`).
     fn out_of_lease(
         &mut self,
-        ready: Ready,
+        ready: Grant,
         row: StoredRow,
         error: Error,
         env: &mut impl Env,
@@ -684,7 +688,7 @@ impl Update {
                 Step::send(statement)
             }
             Renewing::Renewed(handle) => {
-                let ready = Ready {
+                let ready = Grant {
                     handle,
                     basis,
                     claimed_after: None,
@@ -719,7 +723,7 @@ impl Update {
                     self.finish(Err(e))
                 }
                 AfterRenewal::Write => {
-                    let ready = Ready {
+                    let ready = Grant {
                         handle,
                         basis,
                         claimed_after: None,
@@ -755,7 +759,7 @@ impl Update {
     /// generation that is not this instance's own last release means the other is still at
     /// it, and the id stays shared for another lease. The basis it remembered is replaced by
     /// what was read.
-    fn read_shared(&mut self, newest: &Newest, now: u64) {
+    fn read_shared(&mut self, newest: &NewestGeneration, now: u64) {
         self.memory.last_written = None;
         let own = self.memory.released.take().is_some_and(|mine| {
             (mine.generation, &mine.owner) == (newest.generation, &newest.owner)
@@ -771,7 +775,7 @@ impl Update {
     /// the whole stream.
     fn heed(&mut self, answer: &Answer, now: u64) {
         let newest = match answer {
-            Answer::Newest(newest) | Answer::Outlook(Outlook { newest, .. }) => newest,
+            Answer::NewestGeneration(newest) | Answer::Outlook(Outlook { newest, .. }) => newest,
             _ => return,
         };
         if newest.wanted != 0 {
@@ -808,7 +812,7 @@ impl Update {
         // A new grant: the refusals under the last one tell nothing of this one.
         self.refusals = 0;
         self.phase = Phase::Claiming {
-            ready: Ready {
+            ready: Grant {
                 handle,
                 basis: outlook.stored,
                 claimed_after: Some(outlook.newest),
@@ -818,7 +822,7 @@ impl Update {
     }
 
     /// Merges the update into the grant's basis and writes it through the guard.
-    fn write(&mut self, mut ready: Ready, env: &mut impl Env) -> Step {
+    fn write(&mut self, mut ready: Grant, env: &mut impl Env) -> Step {
         let now = env.now_ms();
         let lease = self.limits.lease_ms;
         let unconfirmed = ready.claimed_after.is_some();
@@ -880,7 +884,7 @@ impl Update {
 
     /// After a refused (or unconfirmed) guarded write, or to decide a claim: is the grant
     /// ours, and what is stored?
-    fn recheck(&mut self, ready: Ready, attempted: Option<StoredRow>) -> Step {
+    fn recheck(&mut self, ready: Grant, attempted: Option<StoredRow>) -> Step {
         let statement = if ready.claimed_after.is_some() {
             Statement::ReadClaims {
                 state_id: self.state_id.clone(),
@@ -897,7 +901,7 @@ impl Update {
 
     fn claims_read(
         &mut self,
-        mut ready: Ready,
+        mut ready: Grant,
         attempted: Option<StoredRow>,
         mut claims: Vec<Claim>,
         env: &mut impl Env,
@@ -925,7 +929,7 @@ impl Update {
 
     fn rechecked(
         &mut self,
-        mut ready: Ready,
+        mut ready: Grant,
         attempted: Option<StoredRow>,
         stored: Option<StoredRow>,
         env: &mut impl Env,
@@ -965,7 +969,7 @@ impl Update {
     /// the lock and read the state before the write landed (the write stalled, or was
     /// retried); its own write would then bury this one. The log says whether the write was in
     /// time: if the grant is still the newest, no contender has claimed yet.
-    fn written(&mut self, mut ready: Ready, row: StoredRow, env: &mut impl Env) -> Step {
+    fn written(&mut self, mut ready: Grant, row: StoredRow, env: &mut impl Env) -> Step {
         ready.claimed_after = None;
         let now = env.now_ms();
         if fenced::near_lease_end(now, ready.handle.lease_until_ms, self.limits.lease_ms) {
@@ -979,7 +983,7 @@ impl Update {
 
     /// After a successful update: keep the grant for the linger (unless the id is shared), or
     /// release it.
-    fn succeed(&mut self, ready: Ready, row: StoredRow, env: &mut impl Env) -> Step {
+    fn succeed(&mut self, ready: Grant, row: StoredRow, env: &mut impl Env) -> Step {
         let now = env.now_ms();
         if self.limits.linger_ms > 0 && !self.memory.shared(now) {
             self.memory.kept = Some(Kept {
@@ -1001,7 +1005,7 @@ impl Update {
     /// After a failure: a confirmed grant is released (its cap covers every version written
     /// under it, landed or not); a claim whose fate is unknown is kept in doubt, so that the
     /// next try (or giving up) settles it. The failure is what the caller sees.
-    fn fail(&mut self, ready: Ready, error: Error, env: &mut impl Env) -> Step {
+    fn fail(&mut self, ready: Grant, error: Error, env: &mut impl Env) -> Step {
         if let Some(followed) = ready.claimed_after {
             self.memory.doubt = Some(Doubt {
                 handle: ready.handle,
@@ -1230,7 +1234,7 @@ mod tests {
         assert_eq!(guard.generation, 6);
         assert!(version > attempted);
         assert_eq!(
-            update.answer(Answer::Written(Some(1)), &mut env),
+            update.answer(Answer::RowsWritten(Some(1)), &mut env),
             Step::Done(Ok(()))
         );
         // With time left, or a permanent error: released, and the caller gets the error.
@@ -1259,7 +1263,7 @@ mod tests {
         let mut update = update_with(Memory::default(), &env);
         update.start(&mut env);
         let free = Outlook {
-            newest: Newest {
+            newest: NewestGeneration {
                 released: 1,
                 ..rival(3, env.now - 1_000)
             },
@@ -1323,7 +1327,7 @@ mod tests {
         update.start(&mut env);
         update.answer(Answer::Outlook(Outlook::default()), &mut env);
         let (version, _) = write_of(&update.answer(Answer::Appended, &mut env));
-        let release = append_of(&update.answer(Answer::Written(Some(1)), &mut env));
+        let release = append_of(&update.answer(Answer::RowsWritten(Some(1)), &mut env));
         assert_eq!((release.event, release.until_ms), (Event::Release, version));
         assert_eq!(
             update.answer(Answer::Appended, &mut env),
@@ -1335,7 +1339,7 @@ mod tests {
     }
 
     /// What this instance released last: generation 3, owned by "me".
-    fn own_release() -> Newest {
+    fn own_release() -> NewestGeneration {
         fenced::released(&grant(3, 95_000))
     }
 
@@ -1360,7 +1364,7 @@ mod tests {
         env.now += 6_000;
         update.answer(Answer::Resumed, &mut env);
         let freed = Outlook {
-            newest: Newest {
+            newest: NewestGeneration {
                 released: 1,
                 ..rival(3, env.now - 1_000)
             },
@@ -1368,7 +1372,7 @@ mod tests {
         };
         update.answer(Answer::Outlook(freed), &mut env);
         update.answer(Answer::Appended, &mut env);
-        let release = append_of(&update.answer(Answer::Written(Some(1)), &mut env));
+        let release = append_of(&update.answer(Answer::RowsWritten(Some(1)), &mut env));
         assert_eq!((release.event, release.generation), (Event::Release, 4));
         update.answer(Answer::Appended, &mut env);
         let memory = update.into_memory();
@@ -1402,7 +1406,7 @@ mod tests {
         );
         update.answer(Answer::Outlook(alone), &mut env);
         update.answer(Answer::Appended, &mut env);
-        let release = append_of(&update.answer(Answer::Written(Some(1)), &mut env));
+        let release = append_of(&update.answer(Answer::RowsWritten(Some(1)), &mut env));
         assert_eq!(release.event, Event::Release);
         update.answer(Answer::Appended, &mut env);
         let after = update.into_memory();
@@ -1413,7 +1417,7 @@ mod tests {
         let mut update = update_with(memory.clone(), &env);
         update.start(&mut env);
         let other = Outlook {
-            newest: Newest {
+            newest: NewestGeneration {
                 released: 1,
                 ..rival(4, env.now - 1_000)
             },
@@ -1429,7 +1433,7 @@ mod tests {
         assert_eq!((claim.event, claim.generation), (Event::Acquire, 4));
         update.answer(Answer::Appended, &mut env);
         assert_eq!(
-            update.answer(Answer::Written(Some(1)), &mut env),
+            update.answer(Answer::RowsWritten(Some(1)), &mut env),
             Step::Done(Ok(()))
         );
         assert!(update.memory().kept.is_some());
@@ -1450,7 +1454,7 @@ mod tests {
         let claim = append_of(&update.start(&mut env));
         assert_eq!((claim.event, claim.generation), (Event::Acquire, 4));
         update.answer(Answer::Appended, &mut env);
-        let step = update.answer(Answer::Written(Some(0)), &mut env);
+        let step = update.answer(Answer::RowsWritten(Some(0)), &mut env);
         let claims = claims_of(sent(&step), "rival", 4);
         let step = update.answer(Answer::Claims(claims), &mut env);
         assert!(
@@ -1484,22 +1488,22 @@ mod tests {
     }
 
     /// The log's newest generation: `handle`'s grant, open.
-    fn held(handle: &LockHandle) -> Newest {
-        Newest {
+    fn held(handle: &LockHandle) -> NewestGeneration {
+        NewestGeneration {
             generation: handle.token,
             owner: handle.owner.clone(),
             lease_until_ms: handle.lease_until_ms,
-            ..Newest::default()
+            ..NewestGeneration::default()
         }
     }
 
     /// A later generation, held by someone else until `until`.
-    fn rival(token: u64, until: u64) -> Newest {
-        Newest {
+    fn rival(token: u64, until: u64) -> NewestGeneration {
+        NewestGeneration {
             generation: token,
             owner: "rival".into(),
             lease_until_ms: until,
-            ..Newest::default()
+            ..NewestGeneration::default()
         }
     }
 
@@ -1572,7 +1576,7 @@ mod tests {
         let handle = grant(5, env.now + 8_000);
         let mut update = update_with(kept(handle.clone(), Some(row(90_000))), env);
         let (attempted, _) = write_of(&update.start(env));
-        let step = update.answer(Answer::Written(Some(0)), env);
+        let step = update.answer(Answer::RowsWritten(Some(0)), env);
         assert!(
             matches!(sent(&step), Statement::ReadOutlook { .. }),
             "{step:?}"
@@ -1597,7 +1601,7 @@ mod tests {
             matches!(sent(&step), Statement::ReadNewest { .. }),
             "{step:?}"
         );
-        let step = update.answer(Answer::Newest(held(&handle)), &mut env);
+        let step = update.answer(Answer::NewestGeneration(held(&handle)), &mut env);
         let renew = append_of(&step);
         assert_eq!(
             (renew.event, renew.until_ms),
@@ -1608,13 +1612,13 @@ mod tests {
             matches!(sent(&step), Statement::ReadNewest { .. }),
             "{step:?}"
         );
-        let step = update.answer(Answer::Newest(held(&handle)), &mut env);
+        let step = update.answer(Answer::NewestGeneration(held(&handle)), &mut env);
         let (version, guard) = write_of(&step);
         assert_eq!(
             (version, guard.generation, guard.confirmed),
             (env.now, 5, true)
         );
-        let step = update.answer(Answer::Written(Some(1)), &mut env);
+        let step = update.answer(Answer::RowsWritten(Some(1)), &mut env);
         assert_eq!(step, Step::Done(Ok(())));
         let memory = update.into_memory();
         let after = memory.kept.expect("the grant is kept for the linger");
@@ -1637,17 +1641,17 @@ mod tests {
         let mut env = clock();
         let handle = grant(5, env.now + 4_000);
         let mut update = update_with(kept(handle.clone(), Some(row(90_000))), &env);
-        let wanted = Newest {
+        let wanted = NewestGeneration {
             wanted: 1,
             ..held(&handle)
         };
         update.start(&mut env);
-        let step = update.answer(Answer::Newest(wanted.clone()), &mut env);
+        let step = update.answer(Answer::NewestGeneration(wanted.clone()), &mut env);
         assert_eq!(append_of(&step).event, Event::Renew);
         update.answer(Answer::Appended, &mut env);
-        let step = update.answer(Answer::Newest(wanted), &mut env);
+        let step = update.answer(Answer::NewestGeneration(wanted), &mut env);
         write_of(&step);
-        let step = update.answer(Answer::Written(Some(1)), &mut env);
+        let step = update.answer(Answer::RowsWritten(Some(1)), &mut env);
         assert_eq!(append_of(&step).event, Event::Release, "{step:?}");
         assert_eq!(
             update.answer(Answer::Appended, &mut env),
@@ -1704,11 +1708,11 @@ mod tests {
         let until = now + LIMITS.lease_ms;
         let (renewal, next) = Renewal::start(handle.clone(), until, now, LIMITS.lease_ms);
         assert!(matches!(next, Renewing::Send(Statement::ReadNewest { .. })));
-        let (renewal, next) = renewal.answer(Answer::Newest(held(&handle)), now);
+        let (renewal, next) = renewal.answer(Answer::NewestGeneration(held(&handle)), now);
         assert!(matches!(next, Renewing::Send(Statement::Append(_))));
         let (renewal, next) = renewal.answer(Answer::Appended, now);
         assert!(matches!(next, Renewing::Send(Statement::ReadNewest { .. })));
-        let (_, next) = renewal.answer(Answer::Newest(rival(6, until)), now);
+        let (_, next) = renewal.answer(Answer::NewestGeneration(rival(6, until)), now);
         assert!(
             matches!(next, Renewing::Failed(Error::LockLost(_), ref h) if h.lease_until_ms == handle.lease_until_ms),
             "{next:?}"
@@ -1716,7 +1720,7 @@ mod tests {
 
         // Found before the renew row is sent: nothing is appended.
         let (renewal, _) = Renewal::start(handle.clone(), until, now, LIMITS.lease_ms);
-        let (_, next) = renewal.answer(Answer::Newest(rival(6, until)), now);
+        let (_, next) = renewal.answer(Answer::NewestGeneration(rival(6, until)), now);
         assert!(
             matches!(next, Renewing::Failed(Error::LockLost(_), _)),
             "{next:?}"
@@ -1730,7 +1734,10 @@ mod tests {
         let handle = grant(5, env.now + 4_000);
         let mut update = update_with(kept(handle, None), &env);
         update.start(&mut env);
-        let step = update.answer(Answer::Newest(rival(6, env.now + 9_000)), &mut env);
+        let step = update.answer(
+            Answer::NewestGeneration(rival(6, env.now + 9_000)),
+            &mut env,
+        );
         assert!(
             matches!(sent(&step), Statement::ReadOutlook { .. }),
             "{step:?}"
@@ -1750,13 +1757,13 @@ mod tests {
             matches!(sent(&step), Statement::ReadOutlook { .. }),
             "{step:?}"
         );
-        let released = Newest {
+        let released = NewestGeneration {
             generation: 3,
             owner: "before".into(),
             lease_until_ms: env.now + 2_000,
             released: 1,
             release_cap_ms: 95_000,
-            ..Newest::default()
+            ..NewestGeneration::default()
         };
         let outlook = Outlook {
             newest: released.clone(),
@@ -1778,10 +1785,10 @@ mod tests {
             previous_until: released.lease_until_ms + 5_000,
             ..Claim::default()
         }];
-        let newest = Newest {
+        let newest = NewestGeneration {
             generation: 4,
             owner: guard.owner.clone(),
-            ..Newest::default()
+            ..NewestGeneration::default()
         };
         assert!(fenced::admits(&guard, &newest, &claims, 95_000));
     }
@@ -1895,12 +1902,12 @@ mod tests {
             matches!(sent(&step), Statement::ReadNewest { .. }),
             "{step:?}"
         );
-        let step = update.answer(Answer::Newest(held(&handle)), &mut env);
+        let step = update.answer(Answer::NewestGeneration(held(&handle)), &mut env);
         let renew = append_of(&step);
         assert_eq!(renew.event, Event::Renew);
         assert!(renew.until_ms > ahead, "{renew:?}");
         update.answer(Answer::Appended, &mut env);
-        let step = update.answer(Answer::Newest(held(&handle)), &mut env);
+        let step = update.answer(Answer::NewestGeneration(held(&handle)), &mut env);
         let (version, guard) = write_of(&step);
         assert_eq!((version, guard.expected_version), (ahead + 1, ahead));
         assert!(version <= renew.until_ms);
@@ -1921,7 +1928,7 @@ mod tests {
         } = step
         {
             writes += 1;
-            update.answer(Answer::Written(Some(0)), &mut env);
+            update.answer(Answer::RowsWritten(Some(0)), &mut env);
             let changed = Outlook {
                 newest: held(&handle),
                 stored: Some(row(90_000 + writes)),

@@ -7,7 +7,7 @@ impl Statements {
     /// The newest generation of an id, folded into one row (none when the id was never locked):
     /// `{"generation", "holder", "acquired_at", "lease_until", "grant_floor", "released",
     /// "release_cap", "forced", "wanted"}` (times in unix milliseconds).
-    pub fn log_state(&self, state_id: &str) -> Read<rows::Newest> {
+    pub fn log_state(&self, state_id: &str) -> Read<rows::NewestGeneration> {
         Query::new(format!(
             "SELECT generation, {NEWEST_FOLD}, {wanted} FROM {log} WHERE state_id = {{id:String}} \
              AND generation = (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) \

@@ -121,7 +121,7 @@ impl Statements {
     /// with their largest replica count, and whether the server knows the `deduplicate_insert`
     /// setting. `{"tables": [[name, engine]], "replica_macro", "dedup_setting",
     /// "clusters": [[name, replicas]]}`.
-    pub fn deployment(&self) -> Read<rows::Observed> {
+    pub fn deployment(&self) -> Read<rows::Observation> {
         Query::new(
             "SELECT (SELECT groupArray(tuple(name, engine)) FROM system.tables \
              WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String})) AS tables, \

@@ -135,7 +135,7 @@ impl Statements {
     }
 
     /// Matching live states, sorted by id, as RowBinary (id, partial, completed; NULL as empty).
-    pub fn get_all(&self, filter: &Filter) -> Read<rows::Listed> {
+    pub fn get_all(&self, filter: &Filter) -> Read<rows::ListedState> {
         let (condition, query) = where_live(filter);
         Query {
             sql: format!(

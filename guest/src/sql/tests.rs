@@ -103,7 +103,7 @@ fn the_schema_per_deployment_kind() {
     );
     assert!(single[1].contains("ENGINE = ReplacingMergeTree(updated_at) ORDER BY state_id"));
     assert!(single[3].contains("non_replicated_deduplication_window"));
-    // An older lock log gains the events it lacks (`Exec::migrate`, when it lacks them).
+    // An older lock log gains the events it lacks (`Session::migrate`, when it lacks them).
     let events = "event Enum8('acquire' = 1, 'renew' = 2, 'release' = 3, 'force' = 4, 'want' = 5)";
     assert!(
         statements()

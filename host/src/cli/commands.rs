@@ -118,13 +118,13 @@ async fn start_serving(
     component: &Path,
     options: RuntimeOptions,
 ) -> Result<Backend, (Error, Option<String>)> {
-    if let Err(e) = Config::parse_blaming(uri, &settings) {
+    let config = Config::parse_blaming(uri, &settings).map_err(|e| {
         let setting = match e.culprit {
             Culprit::Uri => "uri".to_string(),
             Culprit::Setting(name) => name,
         };
-        return Err((e.error.into(), Some(setting)));
-    }
+        (Error::from(e.error), Some(setting))
+    })?;
     // Loading builds the TLS configuration once; a configuration error there is about a file.
     let tls = options.tls.clone();
     let runtime = Runtime::load(component, options).map_err(|e| {
@@ -134,7 +134,10 @@ async fn start_serving(
         };
         (e, setting)
     })?;
-    runtime.open(uri, settings).await.map_err(|e| (e, None))
+    runtime
+        .open_parsed(&config, uri, settings, Default::default())
+        .await
+        .map_err(|e| (e, None))
 }
 
 async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failure> {

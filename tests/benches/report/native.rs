@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use clickhouse_state::config::Scheme;
-use clickhouse_state::exec::{Host, Level};
 use clickhouse_state::http::{Request, Response, Transport, TransportError};
+use clickhouse_state::session::{Level, Platform};
 use clickhouse_state::store::Store;
 use http_body_util::{BodyExt, Full};
 use integration_tests::state_host::http::policy::AddressAllowance;
@@ -106,7 +106,7 @@ impl Transport for NativeTransport {
 /// Time, randomness and a log for the native store (the component gets them from the host).
 pub struct NativeHost;
 
-impl Host for NativeHost {
+impl Platform for NativeHost {
     fn now_ms(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)

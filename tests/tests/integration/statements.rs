@@ -6,8 +6,8 @@
 //! random logs are written to the local ClickHouse and read back both ways.
 
 use clickhouse_state::error::Result;
-use clickhouse_state::exec::{Exec, Host, Level};
-use clickhouse_state::lock::fenced::{self, Claim, Event, LogEntry, Newest};
+use clickhouse_state::lock::fenced::{self, Claim, Event, LogEntry, NewestGeneration};
+use clickhouse_state::session::{Level, Platform, Session};
 use clickhouse_state::set;
 use clickhouse_state::sql::StateRow;
 use clickhouse_state::store::{State, Store};
@@ -18,7 +18,7 @@ use common::Ureq;
 
 struct Clock;
 
-impl Host for Clock {
+impl Platform for Clock {
     fn now_ms(&self) -> u64 {
         1_700_000_000_000
     }
@@ -80,8 +80,8 @@ fn sorted(mut claims: Vec<Claim>) -> Vec<Claim> {
 #[test]
 fn the_sql_and_the_rust_folds_of_the_lock_log_agree() -> Result<()> {
     let table = TestTable::new("lock_log");
-    let exec = Exec::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
-    exec.migrate()?;
+    let session = Session::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
+    session.migrate()?;
     let mut seed = 0x5eed_u64;
     let mut compared = 0;
     for case in 0..60 {
@@ -90,14 +90,14 @@ fn the_sql_and_the_rust_folds_of_the_lock_log_agree() -> Result<()> {
         for entry in &log {
             let mut row = serde_json::to_vec(entry).expect("a log row encodes");
             row.push(b'\n');
-            exec.run(&exec.sql.log_insert(row, &exec.new_token()))?;
+            session.run(&session.sql.log_insert(row, &session.new_token()))?;
         }
-        let newest: Newest = exec
-            .fetch_first(&exec.sql.log_state(&state_id))?
+        let newest: NewestGeneration = session
+            .fetch_first(&session.sql.log_state(&state_id))?
             .unwrap_or_default();
         assert_eq!(newest, fenced::fold(log.iter()), "log_state of {log:#?}");
-        let outlook: fenced::Outlook = exec
-            .fetch_first(&exec.sql.log_outlook(&state_id))?
+        let outlook: fenced::Outlook = session
+            .fetch_first(&session.sql.log_outlook(&state_id))?
             .unwrap_or_default();
         assert_eq!(
             outlook.newest,
@@ -105,8 +105,8 @@ fn the_sql_and_the_rust_folds_of_the_lock_log_agree() -> Result<()> {
             "log_outlook of {log:#?}"
         );
         for generation in 1..=5 {
-            let read = exec.sql.log_claims(&state_id, generation, false);
-            let claims: Vec<Claim> = exec.fetch(&read)?;
+            let read = session.sql.log_claims(&state_id, generation, false);
+            let claims: Vec<Claim> = session.fetch(&read)?;
             assert_eq!(
                 sorted(claims),
                 sorted(fenced::claims_on(log.iter(), generation, None)),
@@ -126,18 +126,20 @@ fn the_sql_and_the_rust_folds_of_the_lock_log_agree() -> Result<()> {
 #[test]
 fn a_set_sent_again_does_not_land_over_a_write_made_in_between() -> Result<()> {
     let table = TestTable::new("set_retry");
-    let exec = Exec::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
-    exec.migrate()?;
+    let session = Session::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
+    session.migrate()?;
     let row = |completed: &'static str, version_ms: u64| StateRow {
         state_id: "id",
         partial: "{}",
         completed,
         version_ms,
     };
-    let first = exec.sql.set_unless_newer(row(r#"{"a":1}"#, 1_000), "first");
-    exec.run(&first)?;
-    exec.run(
-        &exec
+    let first = session
+        .sql
+        .set_unless_newer(row(r#"{"a":1}"#, 1_000), "first");
+    session.run(&first)?;
+    session.run(
+        &session
             .sql
             .set_unless_newer(row(r#"{"b":2}"#, 2_000), "second"),
     )?;
@@ -148,13 +150,21 @@ fn a_set_sent_again_does_not_land_over_a_write_made_in_between() -> Result<()> {
         .must(&format!("OPTIMIZE TABLE {} FINAL", table.qualified()));
     assert_eq!(table.raw_rows(), 1, "merged");
     // the first one's retry: the same statement, token and version
-    exec.run(&first)?;
-    let stored = exec.fetch_first(&exec.sql.get("id"))?.expect("a state");
+    session.run(&first)?;
+    let stored = session
+        .fetch_first(&session.sql.get("id"))?
+        .expect("a state");
     assert_eq!(stored.completed_state.as_deref(), Some(r#"{"b":2}"#));
     assert_eq!(table.raw_rows(), 1, "the retry wrote nothing");
     // A set of the same state, later, still lands above what is stored.
-    exec.run(&exec.sql.set_unless_newer(row(r#"{"a":1}"#, 3_000), "third"))?;
-    let stored = exec.fetch_first(&exec.sql.get("id"))?.expect("a state");
+    session.run(
+        &session
+            .sql
+            .set_unless_newer(row(r#"{"a":1}"#, 3_000), "third"),
+    )?;
+    let stored = session
+        .fetch_first(&session.sql.get("id"))?
+        .expect("a state");
     assert_eq!(stored.completed_state.as_deref(), Some(r#"{"a":1}"#));
     Ok(())
 }
@@ -164,8 +174,8 @@ fn a_set_sent_again_does_not_land_over_a_write_made_in_between() -> Result<()> {
 #[test]
 fn the_set_condition_in_sql_decides_as_the_rule_in_rust() -> Result<()> {
     let table = TestTable::new("set_rule");
-    let exec = Exec::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
-    exec.migrate()?;
+    let session = Session::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
+    session.migrate()?;
     for (n, stored) in [None, Some(4_999), Some(5_000), Some(5_001)]
         .into_iter()
         .enumerate()
@@ -178,15 +188,15 @@ fn the_set_condition_in_sql_decides_as_the_rule_in_rust() -> Result<()> {
             version_ms,
         };
         if let Some(version) = stored {
-            let first = exec
+            let first = session
                 .sql
                 .set_unless_newer(row("{}", version), &format!("{id}/a"));
-            assert_eq!(exec.run_written(&first)?, Some(1), "{stored:?}");
+            assert_eq!(session.run_written(&first)?, Some(1), "{stored:?}");
         }
-        let set = exec
+        let set = session
             .sql
             .set_unless_newer(row(r#"{"s":1}"#, 5_000), &format!("{id}/b"));
-        let written = exec.run_written(&set)?;
+        let written = session.run_written(&set)?;
         assert_eq!(
             written,
             Some(u64::from(set::lands(stored, 5_000))),
@@ -206,7 +216,7 @@ fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
     let table = TestTable::new("set_delete");
     let store = Store::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
     store.migrate()?;
-    let exec = &Exec::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
+    let session = &Session::open(&table.target.uri(), &table.settings(), Ureq, Clock)?;
     // The setter's clock is ahead of the others' (`Clock`).
     let ahead = Clock.now_ms() + 10_000;
     let row = |id: &'static str| StateRow {
@@ -215,9 +225,9 @@ fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
         completed: r#"{"set":1}"#,
         version_ms: ahead,
     };
-    let sends = ["updated", "deleted"].map(|id| exec.sql.set_unless_newer(row(id), id));
+    let sends = ["updated", "deleted"].map(|id| session.sql.set_unless_newer(row(id), id));
     for send in &sends {
-        assert_eq!(exec.run_written(send)?, Some(1), "the first landing");
+        assert_eq!(session.run_written(send)?, Some(1), "the first landing");
     }
     for id in ["updated", "deleted"] {
         store.delete(id)?;
@@ -230,7 +240,11 @@ fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
     })?;
     for send in &sends {
         // the resend, after the lost answer: below the tombstone, it writes nothing
-        assert_eq!(exec.run_written(send)?, Some(0), "the resend landed again");
+        assert_eq!(
+            session.run_written(send)?,
+            Some(0),
+            "the resend landed again"
+        );
     }
     let updated = store.get("updated")?.expect("the update's state");
     assert_eq!(

@@ -1,11 +1,12 @@
-//! Query execution: the configuration, the statements, the HTTP client, retries, insert tokens
-//! and the [`Host`] the guest asks for time, randomness and a log. The store's operations and the
-//! lock protocols both run their queries through an [`Exec`]; neither reaches into the other.
+//! A session with one ClickHouse: the configuration, the statements, the HTTP client, retries,
+//! insert tokens and the [`Platform`] the guest asks for time, randomness and a log. The store's
+//! operations and the lock protocols both run their queries through a [`Session`]; neither
+//! reaches into the other.
 
 use std::cell::Cell;
 
 use crate::config::Config;
-use crate::deployment::{self, Consistency, Kind, Observed};
+use crate::deployment::{self, Consistency, Kind, Observation};
 use crate::error::{Error, Result};
 use crate::http::{Answer, Client, Transport};
 use crate::retry::{self, Next};
@@ -13,7 +14,7 @@ use crate::rows::{self, Decode, FromRow};
 use crate::sql::{Query, Read, Statements};
 
 /// What the guest asks of its host besides HTTP: time, randomness and a log.
-pub trait Host {
+pub trait Platform {
     fn now_ms(&self) -> u64;
     fn sleep_ms(&self, ms: u64);
     fn random_u128(&self) -> u128;
@@ -28,8 +29,8 @@ pub enum Level {
     Error,
 }
 
-/// Runs this store's queries against its ClickHouse.
-pub struct Exec<T, H> {
+/// A store's session with its ClickHouse: runs its queries.
+pub struct Session<T, H> {
     pub config: Config,
     pub sql: Statements,
     client: Client<T>,
@@ -40,16 +41,16 @@ pub struct Exec<T, H> {
     /// check has seen the tables.
     consistency: Cell<Consistency>,
     /// While a call writes under a lock: the time its retries must not pass (see
-    /// [`Exec::retrying_until`]).
+    /// [`Session::retrying_until`]).
     retry_bound_ms: Cell<Option<u64>>,
     /// `add_lock_log_events` ran (or was tried) on this instance.
     events_added: Cell<bool>,
 }
 
-impl<T: Transport, H: Host> Exec<T, H> {
+impl<T: Transport, H: Platform> Session<T, H> {
     pub fn open(uri: &str, settings: &[(String, String)], transport: T, host: H) -> Result<Self> {
         let config = Config::parse(uri, settings)?;
-        Ok(Exec {
+        Ok(Session {
             sql: Statements::new(&config),
             client: Client::new(&config, transport),
             host,
@@ -78,7 +79,7 @@ impl<T: Transport, H: Host> Exec<T, H> {
         self.run_answer(query).map(|answer| answer.written_rows)
     }
 
-    /// As [`Exec::run_written`], and whether the statement was sent more than once (after a
+    /// As [`Session::run_written`], and whether the statement was sent more than once (after a
     /// failure whose outcome was unknown: an earlier send may have landed).
     pub fn run_written_resent(&self, query: &Query) -> Result<(Option<u64>, bool)> {
         self.run_answer_counted(query)
@@ -235,7 +236,7 @@ impl<T: Transport, H: Host> Exec<T, H> {
             }
             Err(e) => return Err(e),
         };
-        let observed: Observed = rows::first(&body)?.unwrap_or_default();
+        let observed: Observation = rows::first(&body)?.unwrap_or_default();
         let kind = deployment::check(&self.config, &observed)?;
         self.consistency
             .set(Consistency::observed(&self.config, kind, &observed));
@@ -284,7 +285,7 @@ mod tests {
         urls: std::cell::RefCell<Vec<String>>,
     }
 
-    impl Host for &VirtualClock {
+    impl Platform for &VirtualClock {
         fn now_ms(&self) -> u64 {
             self.now.get()
         }
@@ -297,15 +298,15 @@ mod tests {
         fn log(&self, _: Level, _: &str) {}
     }
 
-    fn exec<'a>(
+    fn session<'a>(
         clock: &'a VirtualClock,
         settings: &[(&str, &str)],
-    ) -> Exec<Down<'a>, &'a VirtualClock> {
+    ) -> Session<Down<'a>, &'a VirtualClock> {
         let settings: Vec<(String, String)> = settings
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Exec::open(
+        Session::open(
             "clickhouse://u@ch.example/db",
             &settings,
             Down(clock),
@@ -343,9 +344,10 @@ mod tests {
     #[test]
     fn when_the_deployment_check_is_denied_inserts_carry_the_quorum_settings() {
         let clock = VirtualClock::default();
-        let exec =
-            Exec::open("clickhouse://u@ch.example/db", &[], Denied(&clock), &clock).expect("opens");
-        exec.run(&exec.sql.log_insert(b"{}\n".to_vec(), "t"))
+        let session = Session::open("clickhouse://u@ch.example/db", &[], Denied(&clock), &clock)
+            .expect("opens");
+        session
+            .run(&session.sql.log_insert(b"{}\n".to_vec(), "t"))
             .expect("the insert runs");
         let urls = clock.urls.borrow();
         let insert = urls.last().expect("sent");
@@ -360,9 +362,9 @@ mod tests {
     #[test]
     fn a_down_server_is_tried_for_the_whole_budget_then_named() {
         let clock = VirtualClock::default();
-        let exec = exec(&clock, &[]);
-        let error = exec
-            .run(&exec.sql.version_of("s"))
+        let session = session(&clock, &[]);
+        let error = session
+            .run(&session.sql.version_of("s"))
             .expect_err("the server is down");
         let sent = clock.sent.borrow();
         let last = *sent.last().expect("tried");
@@ -384,11 +386,11 @@ mod tests {
     #[test]
     fn no_retry_of_a_write_under_a_lock_starts_after_its_lease() {
         let clock = VirtualClock::default();
-        let exec = exec(&clock, &[]);
-        let error = exec
+        let session = session(&clock, &[]);
+        let error = session
             .retrying_until(5_000, || {
                 // A nested, later bound does not extend the outer one.
-                exec.retrying_until(50_000, || exec.run(&exec.sql.version_of("s")))
+                session.retrying_until(50_000, || session.run(&session.sql.version_of("s")))
             })
             .expect_err("the server is down");
         let last = *clock.sent.borrow().last().expect("tried");
@@ -398,7 +400,7 @@ mod tests {
         // Outside the bound, the budget applies again.
         clock.sent.borrow_mut().clear();
         let started = clock.now.get();
-        let _ = exec.run(&exec.sql.version_of("s"));
+        let _ = session.run(&session.sql.version_of("s"));
         let last = *clock.sent.borrow().last().expect("tried");
         assert!(last - started > 50_000, "{}", last - started);
     }
@@ -406,8 +408,8 @@ mod tests {
     #[test]
     fn a_count_limit_still_holds_within_the_budget() {
         let clock = VirtualClock::default();
-        let exec = exec(&clock, &[("retries", "2")]);
-        let error = exec.run(&exec.sql.version_of("s")).expect_err("down");
+        let session = session(&clock, &[("retries", "2")]);
+        let error = session.run(&session.sql.version_of("s")).expect_err("down");
         assert_eq!(clock.sent.borrow().len(), 3, "one try and two retries");
         assert!(format!("{error}").contains("retries allows 2"), "{error}");
     }
