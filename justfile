@@ -267,13 +267,14 @@ lint: setup
         --target wasm32-wasip2
     .venv/bin/ruff check .
     .venv/bin/ruff format --check .
-    # The Meltano package's settings, generated from the host's table (a workspace build, as the
-    # tests' own, so that they reuse it)
+    # What is generated from the host's tables (a workspace build, as the tests' own, so that
+    # they reuse it)
     cargo build --workspace --bins --quiet
-    target/debug/state-backend settings | {{python}} python/generate_settings.py --check
+    {{python}} python/generate_tables.py target/debug/state-backend --check
 
-# The Meltano package's settings (python/src/meltano_clickhouse_state/settings_table.py and the
-# entry points in python/pyproject.toml), from the host's table: after a change of a setting
-python-settings:
+# What is generated from the host's tables of settings and errors: the Meltano package's
+# settings_table.py and errors_table.py, its entry points in python/pyproject.toml and the
+# README's settings table. After a change of a setting or an error kind
+python-tables:
     cargo build --workspace --bins --quiet
-    target/debug/state-backend settings | {{python}} python/generate_settings.py
+    {{python}} python/generate_tables.py target/debug/state-backend

@@ -39,6 +39,130 @@ pub enum Error {
     Component(String),
 }
 
+/// One kind of error as a caller sees it: its name and, where the host knows more, its reason;
+/// the CLI's exit code; and what the Meltano adapter raises for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorKind {
+    pub kind: &'static str,
+    pub reason: Option<&'static str>,
+    pub exit_code: u8,
+    /// The adapter's exception: `configuration` (Meltano's configuration error, naming the
+    /// setting), `locked` (Meltano's `StateIDLockedError`) or `backend` (the adapter's own
+    /// `BackendError`, with the kind and the reason).
+    pub meltano: &'static str,
+    pub doc: &'static str,
+}
+
+const fn kind(
+    kind: &'static str,
+    reason: Option<&'static str>,
+    exit_code: u8,
+    meltano: &'static str,
+    doc: &'static str,
+) -> ErrorKind {
+    ErrorKind {
+        kind,
+        reason,
+        exit_code,
+        meltano,
+        doc,
+    }
+}
+
+const INVALID_CONFIG: ErrorKind = kind(
+    "invalid-config",
+    None,
+    2,
+    "configuration",
+    "a setting or the URI is wrong (serve's start-up names which)",
+);
+const INVALID_INPUT: ErrorKind = kind(
+    "invalid-input",
+    None,
+    2,
+    "backend",
+    "a state id or a state is not what the contract accepts; nothing was written",
+);
+const UNAUTHORIZED: ErrorKind = kind(
+    "unauthorized",
+    None,
+    3,
+    "backend",
+    "ClickHouse refused the user or the password",
+);
+const UNREACHABLE: ErrorKind = kind(
+    "unreachable",
+    None,
+    4,
+    "backend",
+    "ClickHouse did not answer (after the retries of the retry budget)",
+);
+const ADDRESS_REFUSED: ErrorKind = kind(
+    "unreachable",
+    Some("address-refused"),
+    4,
+    "backend",
+    "the sandbox refused the server's address: loopback and private networks are settings",
+);
+const TIMEOUT: ErrorKind = kind(
+    "timeout",
+    None,
+    4,
+    "backend",
+    "ClickHouse did not answer in time",
+);
+const LOCKED: ErrorKind = kind(
+    "locked",
+    None,
+    5,
+    "locked",
+    "another process held the lock for the whole lock timeout; the error names it",
+);
+const LOCK_LOST: ErrorKind = kind(
+    "lock-lost",
+    None,
+    5,
+    "backend",
+    "the lock was forced open or its lease ended before the write",
+);
+const SERVER: ErrorKind = kind(
+    "server",
+    None,
+    1,
+    "backend",
+    "ClickHouse answered with an error",
+);
+const PANICKED: ErrorKind = kind(
+    "panicked",
+    None,
+    1,
+    "backend",
+    "the component panicked; the instance is replaced",
+);
+const COMPONENT: ErrorKind = kind(
+    "component",
+    None,
+    1,
+    "backend",
+    "the component could not be loaded, trapped, or ran out of its limits",
+);
+
+/// Every kind of error, once: `state-backend errors` prints it, the CLI's exit codes come from
+/// it, and the Meltano adapter's exceptions are generated from it (`just python-tables`).
+pub const ERROR_KINDS: &[ErrorKind] = &[
+    INVALID_CONFIG,
+    INVALID_INPUT,
+    UNAUTHORIZED,
+    UNREACHABLE,
+    ADDRESS_REFUSED,
+    TIMEOUT,
+    LOCKED,
+    LOCK_LOST,
+    SERVER,
+    PANICKED,
+    COMPONENT,
+];
+
 fn locked_message(info: &LockInfo) -> String {
     let at = |ms: u64| {
         humantime::format_rfc3339_seconds(
@@ -59,29 +183,32 @@ fn locked_message(info: &LockInfo) -> String {
 }
 
 impl Error {
+    /// Its entry in [`ERROR_KINDS`].
+    pub fn class(&self) -> &'static ErrorKind {
+        match self {
+            Error::InvalidConfig(_) => &INVALID_CONFIG,
+            Error::InvalidInput(_) => &INVALID_INPUT,
+            Error::Unauthorized(_) => &UNAUTHORIZED,
+            Error::Unreachable(_) => &UNREACHABLE,
+            Error::AddressRefused(_) => &ADDRESS_REFUSED,
+            Error::Timeout(_) => &TIMEOUT,
+            Error::Locked(_) => &LOCKED,
+            Error::LockLost(_) => &LOCK_LOST,
+            Error::Server { .. } => &SERVER,
+            Error::Panicked(_) => &PANICKED,
+            Error::Component(_) => &COMPONENT,
+        }
+    }
+
     /// A short name of the kind, for machine-readable output.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Error::InvalidConfig(_) => "invalid-config",
-            Error::InvalidInput(_) => "invalid-input",
-            Error::Unauthorized(_) => "unauthorized",
-            Error::Unreachable(_) | Error::AddressRefused(_) => "unreachable",
-            Error::Timeout(_) => "timeout",
-            Error::Locked(_) => "locked",
-            Error::LockLost(_) => "lock-lost",
-            Error::Server { .. } => "server",
-            Error::Panicked(_) => "panicked",
-            Error::Component(_) => "component",
-        }
+        self.class().kind
     }
 
     /// Why, where the host knows more than the kind: `address-refused` when its own egress
     /// policy refused the address (loopback, link-local, a private network, cloud metadata).
     pub fn reason(&self) -> Option<&'static str> {
-        match self {
-            Error::AddressRefused(_) => Some("address-refused"),
-            _ => None,
-        }
+        self.class().reason
     }
 
     /// This error, told apart by what the host saw during the call: `refused` when its egress
@@ -160,3 +287,52 @@ pub(crate) fn info_from_wit(info: wit::LockInfo) -> LockInfo {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of each variant.
+    fn every_variant() -> Vec<Error> {
+        let info = LockInfo {
+            state_id: "s".into(),
+            owner: "o".into(),
+            token: 1,
+            acquired_at_ms: 0,
+            expires_at_ms: 0,
+        };
+        vec![
+            Error::InvalidConfig(String::new()),
+            Error::InvalidInput(String::new()),
+            Error::Unauthorized(String::new()),
+            Error::Unreachable(String::new()),
+            Error::AddressRefused(String::new()),
+            Error::Timeout(String::new()),
+            Error::Locked(info),
+            Error::LockLost(String::new()),
+            Error::Server {
+                code: 1,
+                name: String::new(),
+                message: String::new(),
+            },
+            Error::Panicked(String::new()),
+            Error::Component(String::new()),
+        ]
+    }
+
+    #[test]
+    fn each_error_is_one_row_of_the_table_and_each_row_is_some_error() {
+        let classes: Vec<&ErrorKind> = every_variant().iter().map(|e| e.class()).collect();
+        assert_eq!(classes.len(), ERROR_KINDS.len());
+        for row in ERROR_KINDS {
+            assert_eq!(classes.iter().filter(|c| **c == row).count(), 1, "{row:?}");
+            assert!(["configuration", "locked", "backend"].contains(&row.meltano));
+        }
+        // A kind keeps one exit code whatever its reason.
+        for a in ERROR_KINDS {
+            for b in ERROR_KINDS.iter().filter(|b| b.kind == a.kind) {
+                assert_eq!(a.exit_code, b.exit_code, "{}", a.kind);
+            }
+        }
+    }
+}

@@ -27,7 +27,7 @@ mod state;
 
 pub use backend::{Backend, Lock, State};
 pub use engine::WASMTIME_VERSION;
-pub use error::{Error, LockInfo, Result};
+pub use error::{ERROR_KINDS, Error, ErrorKind, LockInfo, Result};
 pub use limits::CpuShare;
 pub use linker::LINKED as LINKED_INTERFACES;
 pub use runtime::{

@@ -497,6 +497,27 @@ def test_a_second_package_serving_clickhouse_refuses_this_one(
     assert "lock_mode=settle" in said
 
 
+def test_the_exceptions_come_from_the_hosts_table_of_errors(host_bin):
+    """`state-backend errors` against the installed package's table, and each row's exception."""
+    from meltano_clickhouse_state import manager
+    from meltano_clickhouse_state.errors_table import ERRORS
+
+    listed = json.loads(
+        subprocess.run([str(host_bin), "errors"], capture_output=True, check=True).stdout
+    )
+    assert [(e["kind"], e["reason"], e["exit_code"], e["meltano"]) for e in listed] == list(ERRORS)
+    expected = {
+        "configuration": MeltanoConfigurationError,
+        "locked": manager.StateLockedError,
+        "backend": BackendError,
+    }
+    for kind, reason, _, raises in ERRORS:
+        raised = manager._error(BackendError(kind, "m", lock={}, reason=reason))
+        assert isinstance(raised, expected[raises]), (kind, reason, raised)
+        if raises == "backend":
+            assert not isinstance(raised, manager.StateLockedError), kind
+
+
 def test_the_meltano_settings_are_the_hosts(host_bin):
     """`state-backend settings` (the host's table) against the settings Meltano sees."""
     import inspect

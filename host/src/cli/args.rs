@@ -158,6 +158,8 @@ pub enum Command {
     Settings,
     /// List the methods `serve` answers, as JSON
     Methods,
+    /// List the kinds of error as JSON: kind, reason, exit code, the Meltano exception, meaning
+    Errors,
     /// Precompile the component (.wasm) to native code (.cwasm) that loads without compiling
     Compile {
         /// Where to write it [default: the component's path with .cwasm]
@@ -187,18 +189,42 @@ fn name_only(text: &str) -> &str {
     text.split('=').next().unwrap_or("")
 }
 
-/// The description `--help` shows; the variables come from the settings table.
+/// The description `--help` shows; the variables come from the settings table, the exit codes
+/// from the table of errors.
 fn long_about() -> String {
     let variables: Vec<&str> = settings::env_variables().map(|(var, _)| var).collect();
     format!(
         "Meltano state in ClickHouse, through the sandboxed WebAssembly component.\n\n\
          The commands mirror `meltano state`. Output is JSON on stdout; an error is one line on \
-         stderr and a non-zero exit code (2 bad input or configuration, 3 unauthorized, \
-         4 unreachable or timeout, 5 locked, 1 anything else).\n\n\
+         stderr and a non-zero exit code ({}; `state-backend errors` lists them).\n\n\
          Settings, highest precedence first: --setting flags, the environment variables {}, \
          then the URI.",
+        exit_codes(),
         variables.join(", ")
     )
+}
+
+/// "2 invalid-config, invalid-input; 3 unauthorized; …": each exit code with its kinds.
+fn exit_codes() -> String {
+    let mut codes: Vec<u8> = state_host::ERROR_KINDS
+        .iter()
+        .map(|k| k.exit_code)
+        .collect();
+    codes.sort_unstable_by_key(|&code| (code == 1, code));
+    codes.dedup();
+    let groups: Vec<String> = codes
+        .iter()
+        .map(|&code| {
+            let mut kinds: Vec<&str> = state_host::ERROR_KINDS
+                .iter()
+                .filter(|k| k.exit_code == code)
+                .map(|k| k.kind)
+                .collect();
+            kinds.dedup();
+            format!("{code} {}", kinds.join(", "))
+        })
+        .collect();
+    groups.join("; ")
 }
 
 /// The `--setting` help: every name in the settings table.

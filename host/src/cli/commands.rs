@@ -49,6 +49,24 @@ fn settings_json() -> Value {
     Value::Array(all)
 }
 
+/// The `errors` command's output: every kind of error, as the host's table has it.
+fn errors_json() -> Value {
+    Value::Array(
+        state_host::ERROR_KINDS
+            .iter()
+            .map(|k| {
+                json!({
+                    "kind": k.kind,
+                    "reason": k.reason,
+                    "exit_code": k.exit_code,
+                    "meltano": k.meltano,
+                    "doc": k.doc,
+                })
+            })
+            .collect(),
+    )
+}
+
 pub async fn run(cli: Cli) -> Result<Value, Failure> {
     let component = cli
         .component
@@ -62,6 +80,9 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
     }
     if let Command::Methods = cli.command {
         return Ok(json!(crate::request::Request::methods()));
+    }
+    if let Command::Errors = cli.command {
+        return Ok(errors_json());
     }
     let options = RuntimeOptions {
         tls: TlsOptions {
@@ -272,11 +293,13 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
             let broken = backend.force_unlock(&state_id).await?;
             Ok(json!({"state_id": state_id, "unlocked": broken}))
         }
-        Command::Compile { .. } | Command::Serve { .. } | Command::Settings | Command::Methods => {
-            Err(Failure::Usage(
-                "this command does not run as a single operation".into(),
-            ))
-        }
+        Command::Compile { .. }
+        | Command::Serve { .. }
+        | Command::Settings
+        | Command::Methods
+        | Command::Errors => Err(Failure::Usage(
+            "this command does not run as a single operation".into(),
+        )),
         Command::Migrate { .. } => {
             backend.migrate().await?;
             Ok(json!({"migrated": true}))

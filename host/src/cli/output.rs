@@ -53,13 +53,7 @@ pub fn finish(result: Result<Value, Failure>) -> ExitCode {
 }
 
 pub fn exit_code(error: &Error) -> u8 {
-    match error {
-        Error::InvalidConfig(_) | Error::InvalidInput(_) => 2,
-        Error::Unauthorized(_) => 3,
-        Error::Unreachable(_) | Error::AddressRefused(_) | Error::Timeout(_) => 4,
-        Error::Locked(_) | Error::LockLost(_) => 5,
-        Error::Server { .. } | Error::Component(_) | Error::Panicked(_) => 1,
-    }
+    error.class().exit_code
 }
 
 /// What to do about an error, where the CLI knows the flag that fixes it.

@@ -23,6 +23,7 @@ from meltano.core.state_store.base import MeltanoState, StateIDLockedError, Stat
 
 from meltano_clickhouse_state import conflict, settings
 from meltano_clickhouse_state.bridge import BackendError, Bridge, HostConfig, host_log_level
+from meltano_clickhouse_state.errors_table import ERRORS
 from meltano_clickhouse_state.settings import env_var, meltano_name
 
 logger = logging.getLogger(__name__)
@@ -52,11 +53,16 @@ class StateBackendConfigurationError(MeltanoConfigurationError):
         super().__init__(reason, instruction)
 
 
+#: The exception each kind of error raises, by (kind, reason), from the host's table.
+_EXCEPTIONS = {(kind, reason): raises for kind, reason, _, raises in ERRORS}
+
+
 def _error(error: BackendError) -> Exception:
-    if error.kind == "invalid-config":
+    raises = _EXCEPTIONS.get((error.kind, error.reason), "backend")
+    if raises == "configuration":
         setting = meltano_name(error.setting) if error.setting else None
         return StateBackendConfigurationError(f"ClickHouse state backend: {error.message}", setting)
-    if error.kind == "locked":
+    if raises == "locked":
         return StateLockedError(error.kind, error.message, error.lock)
     if error.reason == "address-refused":
         # The sandbox refused a special address; a ClickHouse on this machine is loopback.

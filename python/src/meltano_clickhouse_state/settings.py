@@ -1,7 +1,7 @@
 """The ``state_backend.clickhouse.*`` settings, registered with Meltano (``meltano.settings``).
 
 They come from the host's table (``state-backend settings``) through ``settings_table.py``,
-which ``just python-settings`` writes and ``just lint`` checks.
+which ``just python-tables`` writes and ``just lint`` checks.
 
 Meltano hands their values to the manager as keyword arguments named after the last part, which
 is also the host's name for the setting. Unset ones leave the URI and the defaults alone.
