@@ -1,11 +1,12 @@
 //! The ClickHouse state backend for Meltano, as a WebAssembly component.
 //!
-//! Everything but `component` and `wasi_http` is plain Rust: it compiles natively, unit-tests
-//! natively, and the host reuses `config` to decide which authority the guest may reach.
+//! Everything but `component` and `wasi_http` is plain Rust: it compiles natively and
+//! unit-tests natively. The configuration, settings, URI and errors come from
+//! `clickhouse-state-config`, which the host shares.
 
-pub mod config;
+pub use clickhouse_state_config::{config, error, settings, uri};
+
 pub mod deployment;
-pub mod error;
 pub mod glob;
 pub mod http;
 pub mod lock;
@@ -14,10 +15,8 @@ pub mod retry;
 pub mod rows;
 pub mod session;
 pub mod set;
-pub mod settings;
 pub mod sql;
 pub mod store;
-pub mod uri;
 
 #[cfg(target_arch = "wasm32")]
 mod component;

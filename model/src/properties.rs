@@ -40,8 +40,9 @@ pub const GIVES_BACK: &str = "an update on an id found shared gives its grant ba
 /// acknowledged, written under that grant, and gives the grant back: the keeper heeds the
 /// waiter instead of holding on for the linger (`fenced_with_a_waiter_wanting_a_kept_grant`).
 pub const HEEDS_WANT: &str = "a kept grant another client wants is given back";
-/// Some read sees a live grant (newest, neither released nor forced, nothing written under it)
-/// while the stored state is a `set`'s at or above the grant's floor. So the stored state
+/// Some read sees a live grant that followed another's release (newest, within its lease,
+/// neither released nor forced, nothing written under it anywhere) while the stored state is a
+/// `set`'s above the grant's floor (so newer than anything its holder read). So the stored state
 /// cannot tell that a grant is spent: a version past the floor need not be its holder's write,
 /// and only the holder's `release` row ends a grant early. This is why a hand-off between two
 /// writers costs four statements (read, claim, write, release) against a kept grant's one; see
@@ -175,32 +176,43 @@ impl LockModel {
         properties.push(Property::<Self>::sometimes(COMPLETES, |_, w| {
             w.acknowledged != 0
         }));
-        if self.sets > 0 && self.protocol == Protocol::Fenced {
+        if self.sets > 0 && self.clients > 1 && self.protocol == Protocol::Fenced {
             properties.push(Property::<Self>::sometimes(
                 SET_PASSES_A_LIVE_FLOOR,
                 |m, w| {
                     (0..m.replicas).any(|replica| {
                         let view = w.view(replica);
                         let newest = clickhouse_state::lock::fenced::fold(log(view.clone()));
-                        let top = view
-                            .clone()
-                            .filter_map(|r| match r {
-                                Row::State {
-                                    version, client, ..
-                                } => Some((*version, *client)),
-                                _ => None,
-                            })
-                            .max();
-                        let written_under = view.clone().any(|r| {
+                        // The row `FINAL` returns: the highest version, the last inserted of equals.
+                        let mut top: Option<(u64, u8)> = None;
+                        for r in view.clone() {
+                            if let Row::State {
+                                version, client, ..
+                            } = r
+                                && top.is_none_or(|(v, _)| *version >= v)
+                            {
+                                top = Some((*version, *client));
+                            }
+                        }
+                        // Anywhere, not only in this view: the holder has written nothing.
+                        let written_under = w.written.iter().any(|r| {
                             matches!(r, Row::State { generation, client, .. }
                             if !m.is_setter(*client) && *generation == newest.generation)
                         });
-                        newest.generation > 0
+                        // A grant that followed a release, still within its lease.
+                        let followed_a_release = log(view.clone()).any(|e| {
+                            e.generation + 1 == newest.generation
+                                && e.event == clickhouse_state::rows::Event::Release
+                        });
+                        newest.generation >= 2
+                            && followed_a_release
                             && newest.released == 0
                             && newest.forced == 0
+                            && w.now < newest.lease_until_ms
                             && !written_under
                             && top.is_some_and(|(version, client)| {
-                                m.is_setter(client) && version >= newest.floor_ms
+                                // Above the floor, which is at or above what the holder read.
+                                m.is_setter(client) && version > newest.floor_ms
                             })
                     })
                 },

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clickhouse_state::config::{Config, Culprit};
+use clickhouse_state_config::config::{Config, Culprit};
 use serde_json::{Map, Value, json};
 use state_host::http::policy::AddressAllowance;
 use state_host::http::tls::TlsOptions;
@@ -21,7 +21,7 @@ const SINGLE_USER_CPU_BUDGET: std::time::Duration = std::time::Duration::from_se
 
 /// The `settings` command's output: the component's settings, then the host's options.
 fn settings_json() -> Value {
-    let mut all: Vec<Value> = clickhouse_state::settings::SETTINGS
+    let mut all: Vec<Value> = clickhouse_state_config::settings::SETTINGS
         .iter()
         .map(|s| {
             json!({
@@ -108,7 +108,7 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
     }
     if let Command::Serve { .. } = cli.command {
         let mut all_settings = all_settings;
-        for (name, value) in clickhouse_state::settings::served_defaults() {
+        for (name, value) in clickhouse_state_config::settings::served_defaults() {
             if !all_settings.iter().any(|(given, _)| given == name) {
                 all_settings.push((name.into(), value.into()));
             }
@@ -367,7 +367,7 @@ mod tests {
             .flatten()
             .filter_map(|s| s["name"].as_str())
             .collect();
-        let expected: Vec<&str> = clickhouse_state::settings::names()
+        let expected: Vec<&str> = clickhouse_state_config::settings::names()
             .chain(settings::HOST_OPTIONS.iter().map(|o| o.name))
             .collect();
         assert_eq!(names, expected);
