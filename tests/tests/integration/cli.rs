@@ -779,6 +779,44 @@ fn wit_functions(wit: &str, resource: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every operation of the contract is in each layer that must carry it: the guest's glue
+/// (`component.rs`), the host's `Backend` (the store's operations and what a holder does with a
+/// lock), and the hostile guest, which implements the whole contract. With `serve` (the test
+/// below) and the compiler, an operation added to the WIT fails the build or a test until each
+/// layer has it; the CLI's commands are not one per operation, and Meltano calls only some.
+#[test]
+fn every_operation_of_the_contract_is_in_each_layer() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    let wit = read("wit/state-backend.wit");
+    let store = wit_functions(&wit, "store");
+    let lock = wit_functions(&wit, "lock");
+    assert!(store.len() >= 15 && lock.len() >= 4, "{store:?} {lock:?}");
+    let backend = read("host/src/backend.rs");
+    let glue = read("guest/src/component.rs");
+    let evil = read("tests/guests/evil/src/lib.rs");
+    for name in store.iter().chain(&lock) {
+        assert!(
+            glue.contains(&format!("fn {name}(")),
+            "component.rs lacks {name}"
+        );
+        assert!(
+            evil.contains(&format!("fn {name}(")),
+            "the hostile guest lacks {name}"
+        );
+    }
+    // The lock's accessors are its fields (`Lock::token`) or `lock_details` (`info`).
+    let accessors = ["state_id", "token", "info"];
+    for name in store.iter().chain(&lock) {
+        if !accessors.contains(&name.as_str()) {
+            assert!(
+                backend.contains(&format!("async fn {name}(")),
+                "Backend lacks {name}"
+            );
+        }
+    }
+}
+
 /// `serve`'s methods are the contract's operations (the store's, and what a caller does with a
 /// lock it holds), and the Meltano adapter calls nothing else.
 #[test]
