@@ -83,9 +83,10 @@ impl OutgoingHook {
         self.detail.lock().ok()?.take()
     }
 
-    fn note(&self, detail: Option<String>) -> Option<()> {
-        *self.detail.lock().ok()? = detail;
-        Some(())
+    fn note(&self, detail: Option<String>) {
+        if let Ok(mut slot) = self.detail.lock() {
+            *slot = detail;
+        }
     }
 }
 

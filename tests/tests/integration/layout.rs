@@ -3,12 +3,13 @@
 //! reads meaning out of a message's text.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Module -> the crate modules its non-test code names (`crate::x`), comments left out.
-fn imports(src_dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut pending = vec![src_dir.to_path_buf()];
+/// Every file under `dir` with extension `ext`, and its non-test code (what precedes its first
+/// `#[cfg(test)]`) as trimmed lines, comment lines left out.
+fn source_files(dir: &Path, ext: &str) -> Vec<(PathBuf, Vec<String>)> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
         for entry in std::fs::read_dir(&dir).expect("a source dir") {
             let path = entry.expect("an entry").path();
@@ -16,32 +17,43 @@ fn imports(src_dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 pending.push(path);
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "rs") {
+            if path.extension().is_none_or(|e| e != ext) {
                 continue;
             }
-            let relative = path.strip_prefix(src_dir).expect("inside");
-            let module = relative
-                .components()
-                .next()
-                .and_then(|c| c.as_os_str().to_str())
-                .map(|c| c.trim_end_matches(".rs").to_string())
-                .expect("a module name");
             let text = std::fs::read_to_string(&path).expect("readable");
             let code = text.split("#[cfg(test)]").next().unwrap_or("");
-            let deps = graph.entry(module.clone()).or_default();
-            for line in code.lines() {
-                let line = line.trim_start();
-                if line.starts_with("//") {
-                    continue;
-                }
-                for part in line.split("crate::").skip(1) {
-                    let name: String = part
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    if !name.is_empty() && name != module {
-                        deps.insert(name);
-                    }
+            let lines = code
+                .lines()
+                .map(str::trim_start)
+                .filter(|line| !line.starts_with("//"))
+                .map(str::to_string)
+                .collect();
+            files.push((path, lines));
+        }
+    }
+    files
+}
+
+/// Module -> the crate modules its non-test code names (`crate::x`), comments left out.
+fn imports(src_dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (path, lines) in source_files(src_dir, "rs") {
+        let relative = path.strip_prefix(src_dir).expect("inside");
+        let module = relative
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .map(|c| c.trim_end_matches(".rs").to_string())
+            .expect("a module name");
+        let deps = graph.entry(module.clone()).or_default();
+        for line in lines {
+            for part in line.split("crate::").skip(1) {
+                let name: String = part
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != module {
+                    deps.insert(name);
                 }
             }
         }
@@ -106,31 +118,19 @@ fn the_cycle_finder_finds_a_cycle() {
     assert_eq!(cycles(&graph).len(), 2);
 }
 
-/// The non-test code of every source file under `dir` with extension `ext`: (path, line).
+/// The non-test code of every source file under `dir` with extension `ext`, attributes and the
+/// test-only `tests.rs` files left out: (path, line).
 fn code_lines(dir: &Path, ext: &str) -> Vec<(String, String)> {
-    let mut lines = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).expect("a source dir") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != ext) || path.ends_with("tests.rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).expect("readable");
-            let code = text.split("#[cfg(test)]").next().unwrap_or("");
-            for line in code.lines() {
-                let trimmed = line.trim_start();
-                if !trimmed.starts_with("//") && !trimmed.starts_with('#') {
-                    lines.push((path.display().to_string(), trimmed.to_string()));
-                }
-            }
-        }
-    }
-    lines
+    source_files(dir, ext)
+        .into_iter()
+        .filter(|(path, _)| !path.ends_with("tests.rs"))
+        .flat_map(|(path, lines)| {
+            lines
+                .into_iter()
+                .filter(|line| !line.starts_with('#'))
+                .map(move |line| (path.display().to_string(), line))
+        })
+        .collect()
 }
 
 /// Whether a line of code tests a message's text: a string literal matched against something
