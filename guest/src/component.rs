@@ -164,6 +164,10 @@ impl GuestStore for StoreResource {
         self.inner.migrate().map_err(to_wit)
     }
 
+    fn schema(&self) -> Vec<String> {
+        self.inner.schema()
+    }
+
     fn idle(&self) -> Result<Option<u64>, wit::Error> {
         self.inner.idle().map_err(to_wit)
     }

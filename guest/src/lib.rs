@@ -1,16 +1,15 @@
 //! The ClickHouse state backend for Meltano, as a WebAssembly component.
 //!
 //! Everything but `component` and `wasi_http` is plain Rust: it compiles natively and
-//! unit-tests natively. The configuration, settings, URI and errors come from
-//! `clickhouse-state-config`, which the host shares.
+//! unit-tests natively. The configuration, settings, URI, errors and Meltano's merge come from
+//! `clickhouse-state-contract`, which the host shares.
 
-pub use clickhouse_state_config::{config, error, settings, uri};
+pub use clickhouse_state_contract::{config, error, merge, settings, uri};
 
 pub mod deployment;
 pub mod glob;
 pub mod http;
 pub mod lock;
-pub mod merge;
 pub mod retry;
 pub mod rows;
 pub mod session;

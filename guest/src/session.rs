@@ -188,6 +188,12 @@ impl<T: Transport, H: Platform> Session<T, H> {
         self.check_deployment().map(drop)
     }
 
+    /// The statements `migrate` creates the schema with, as SQL text. They carry no
+    /// parameters: every name in them is the configuration's, escaped as an identifier.
+    pub fn schema(&self) -> Vec<String> {
+        self.sql.migration().into_iter().map(|q| q.sql).collect()
+    }
+
     /// Adds the `want` event to a lock log created by an older version (`migrate`, and a waiter
     /// whose `want` the log refused): once per instance, and only when `system.columns` says
     /// the column lacks it, so that a current log is never altered.

@@ -61,6 +61,11 @@ impl<T: Transport, H: Platform> Store<T, H> {
         self.session.migrate()
     }
 
+    /// The DDL `migrate` runs, as SQL text (see [`Session::schema`]).
+    pub fn schema(&self) -> Vec<String> {
+        self.session.schema()
+    }
+
     /// The instance's host (time, randomness, the log).
     pub fn host(&self) -> &H {
         &self.session.host
@@ -182,7 +187,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
     ) -> Result<()> {
         let stored = self.stored(&state.state_id)?;
         let stored_version = stored.as_ref().map_or(0, |(_, _, v)| *v);
-        let (partial, completed) = merged(partial, completed, stored);
+        let (partial, completed) = merged(partial, completed, stored.map(|(p, c, _)| (p, c)));
         let to_write = State {
             state_id: state.state_id.clone(),
             partial,

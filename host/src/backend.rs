@@ -170,6 +170,15 @@ impl Backend {
         call!(self.call_migrate())
     }
 
+    /// The DDL `migrate` runs with this instance's settings, one SQL statement each; sends
+    /// nothing.
+    pub async fn schema(&mut self) -> Result<Vec<String>> {
+        self.begin_call();
+        let guest = self.bindings.meltano_state_backend_backend().store();
+        let result = guest.call_schema(&mut self.sandbox, self.handle).await;
+        end_call(&mut self.sandbox, result)
+    }
+
     /// Takes the lock of `state_id`, waiting up to the configured lock timeout.
     pub async fn acquire_lock(&mut self, state_id: &str) -> Result<Lock> {
         let resource = call!(self.call_acquire_lock(state_id))?;

@@ -3,7 +3,7 @@
 use crate::bindings::wit;
 
 /// Who holds a lock: the guest's own type, so both sides speak of it the same way.
-pub use clickhouse_state_config::error::LockInfo;
+pub use clickhouse_state_contract::error::LockInfo;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -255,9 +255,9 @@ impl From<wit::Error> for Error {
     }
 }
 
-impl From<clickhouse_state_config::error::Error> for Error {
-    fn from(error: clickhouse_state_config::error::Error) -> Self {
-        use clickhouse_state_config::error::Error as G;
+impl From<clickhouse_state_contract::error::Error> for Error {
+    fn from(error: clickhouse_state_contract::error::Error) -> Self {
+        use clickhouse_state_contract::error::Error as G;
         match error {
             G::InvalidConfig(m) => Error::InvalidConfig(m),
             G::InvalidInput(m) => Error::InvalidInput(m),

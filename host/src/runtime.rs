@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clickhouse_state_config::config::Config;
+use clickhouse_state_contract::config::Config;
 use wasmtime::{Engine, Store};
 
 use crate::backend::Backend;

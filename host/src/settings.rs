@@ -5,7 +5,7 @@
 //! host reads these variables and passes them on as settings; the guest applies settings over
 //! the URI.
 
-use clickhouse_state_config::settings::SETTINGS;
+use clickhouse_state_contract::settings::SETTINGS;
 
 /// Settings as (name, value) pairs; a later pair for the same name wins.
 pub type Settings = Vec<(String, String)>;
@@ -37,7 +37,7 @@ pub struct HostOption {
 }
 
 impl HostOption {
-    /// How a caller's form shows it, as [`clickhouse_state_config::settings::Setting::kind`] says.
+    /// How a caller's form shows it, as [`clickhouse_state_contract::settings::Setting::kind`] says.
     pub fn kind(&self) -> &'static str {
         if self.switch { "boolean" } else { "text" }
     }
@@ -99,7 +99,7 @@ pub fn layered(env: Settings, explicit: Settings) -> Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clickhouse_state_config::config::Config;
+    use clickhouse_state_contract::config::Config;
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |var| {

@@ -1073,7 +1073,7 @@ impl Update {
     fn merged(&self, basis: Option<StoredRow>) -> Result<(String, String)> {
         let partial = parse_object(&self.partial, "partial state")?;
         let completed = parse_object(&self.completed, "completed state")?;
-        Ok(merged(partial, completed, basis))
+        Ok(merged(partial, completed, basis.map(|(p, c, _)| (p, c))))
     }
 }
 

@@ -229,7 +229,7 @@ fn exit_codes() -> String {
 
 /// The `--setting` help: every name in the settings table.
 fn setting_help() -> String {
-    let names: Vec<&str> = clickhouse_state_config::settings::names().collect();
+    let names: Vec<&str> = clickhouse_state_contract::settings::names().collect();
     format!(
         "A setting that overrides the URI (repeatable): {}. `state-backend settings` lists \
          their defaults and meanings",

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clickhouse_state_config::config::{Config, Culprit};
+use clickhouse_state_contract::config::{Config, Culprit};
 use serde_json::{Map, Value, json};
 use state_host::http::policy::AddressAllowance;
 use state_host::http::tls::TlsOptions;
@@ -21,7 +21,7 @@ const SINGLE_USER_CPU_BUDGET: std::time::Duration = std::time::Duration::from_se
 
 /// The `settings` command's output: the component's settings, then the host's options.
 fn settings_json() -> Value {
-    let mut all: Vec<Value> = clickhouse_state_config::settings::SETTINGS
+    let mut all: Vec<Value> = clickhouse_state_contract::settings::SETTINGS
         .iter()
         .map(|s| {
             json!({
@@ -104,11 +104,16 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
     let env = settings::from_env(|var| std::env::var(var).ok());
     let all_settings = settings::layered(env, cli.settings.clone());
     if let Command::Migrate { print: true } = cli.command {
-        return print_migration(&cli.uri, &all_settings);
+        let config = Config::parse(&cli.uri, &all_settings).map_err(Error::from)?;
+        let runtime = Runtime::load(&component, options)?;
+        let backend = runtime
+            .open_parsed(&config, &cli.uri, all_settings, Default::default())
+            .await?;
+        return print_migration(&config, backend).await;
     }
     if let Command::Serve { .. } = cli.command {
         let mut all_settings = all_settings;
-        for (name, value) in clickhouse_state_config::settings::served_defaults() {
+        for (name, value) in clickhouse_state_contract::settings::served_defaults() {
             if !all_settings.iter().any(|(given, _)| given == name) {
                 all_settings.push((name.into(), value.into()));
             }
@@ -307,22 +312,25 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
     }
 }
 
-/// The DDL `migrate` would run with these settings, as SQL text on stdout.
-fn print_migration(uri: &str, settings: &[(String, String)]) -> Result<Value, Failure> {
-    let config = Config::parse(uri, settings).map_err(|e| Failure::Usage(e.to_string()))?;
+/// The DDL `migrate` would run with these settings, as SQL text on stdout: the component's
+/// own (the one this command loaded), so that what an operator runs by hand is what it runs.
+async fn print_migration(config: &Config, mut backend: Backend) -> Result<Value, Failure> {
     let kind = match &config.cluster {
         Some(cluster) => format!("a self-managed replicated cluster ('{cluster}')"),
         None => "one server or ClickHouse Cloud (which makes each table Shared)".to_string(),
     };
-    let mut out = std::io::stdout().lock();
-    let statements = clickhouse_state::sql::Statements::new(&config).migration();
-    let text = statements
+    let text = backend
+        .schema()
+        .await?
         .iter()
-        .map(|q| format!("{};\n", q.sql))
+        .map(|sql| format!("{sql};\n"))
         .collect::<Vec<_>>()
         .join("\n");
-    writeln!(out, "-- The schema for {kind}.\n{text}")
-        .map_err(|e| Failure::Usage(format!("cannot write the output: {e}")))?;
+    writeln!(
+        std::io::stdout().lock(),
+        "-- The schema for {kind}.\n{text}"
+    )
+    .map_err(|e| Failure::Usage(format!("cannot write the output: {e}")))?;
     Ok(Value::Null)
 }
 
@@ -367,7 +375,7 @@ mod tests {
             .flatten()
             .filter_map(|s| s["name"].as_str())
             .collect();
-        let expected: Vec<&str> = clickhouse_state_config::settings::names()
+        let expected: Vec<&str> = clickhouse_state_contract::settings::names()
             .chain(settings::HOST_OPTIONS.iter().map(|o| o.name))
             .collect();
         assert_eq!(names, expected);

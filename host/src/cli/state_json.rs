@@ -11,7 +11,7 @@ use crate::output::Failure;
 /// What Meltano hands a tap: the partial state merged over the completed one.
 pub fn merged_view(state: &State) -> Result<Value, Failure> {
     let mut completed = object(&state.completed)?;
-    clickhouse_state::merge::merge(object(&state.partial)?, &mut completed);
+    clickhouse_state_contract::merge::merge(object(&state.partial)?, &mut completed);
     Ok(Value::Object(completed))
 }
 

@@ -706,6 +706,21 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
         3,
         "{cluster}"
     );
+    // The DDL is the loaded component's: the hostile guest has none.
+    let evil =
+        integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
+    let output = Command::new(state_backend_binary())
+        .env_remove("MELTANO_STATE_BACKEND_URI")
+        .arg("--component")
+        .arg(&evil)
+        .args(["--uri", "clickhouse://u:Secret-pw@127.0.0.1:1/default"])
+        .args(["migrate", "--print"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    assert!(text.starts_with("-- The schema for"), "{text}");
+    assert!(!text.contains("CREATE"), "{text}");
     // a bad cluster name is bad input
     let output = Command::new(state_backend_binary())
         .env_remove("MELTANO_STATE_BACKEND_URI")
@@ -832,8 +847,11 @@ fn the_methods_are_the_contracts_operations_and_the_adapter_calls_only_them() {
 
     let wit = std::fs::read_to_string(root.join("wit/state-backend.wit")).unwrap();
     // `serve` opens its store itself and calls `idle` and `close` itself; a lock's accessors
-    // are answered by `acquire_lock` (its token) and `lock_info` (the rest).
-    let host_managed = ["open", "idle", "close", "state_id", "token", "info"];
+    // are answered by `acquire_lock` (its token) and `lock_info` (the rest). `schema` is the
+    // CLI's `migrate --print`: an operator's, printed, never the adapter's.
+    let host_managed = [
+        "open", "idle", "close", "state_id", "token", "info", "schema",
+    ];
     let mut expected: Vec<String> = wit_functions(&wit, "store")
         .into_iter()
         .chain(wit_functions(&wit, "lock"))

@@ -29,7 +29,7 @@ fn the_readme_settings_table_is_the_settings_table() {
     assert_eq!(
         documented,
         expected,
-        "the README's settings table differs from config/src/settings.rs; expected:\n{}",
+        "the README's settings table differs from contract/src/settings.rs; expected:\n{}",
         expected.join("\n")
     );
 }

@@ -97,6 +97,22 @@ fn no_two_guest_modules_import_each_other() {
     assert_eq!(cycles(&graph), Vec::<(String, String)>::new(), "{graph:#?}");
 }
 
+/// The host, library and CLI, shares the contract crate with the guest and nothing else of it:
+/// every ClickHouse decision, the DDL included, comes from the component it loads.
+#[test]
+fn the_host_does_not_depend_on_the_guest() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = std::fs::read_to_string(root.join("host/Cargo.toml")).unwrap();
+    assert!(manifest.contains("clickhouse-state-contract"));
+    assert!(!manifest.contains("clickhouse-state-guest"), "{manifest}");
+    let sources = source_files(&root.join("host/src"), "rs");
+    assert!(sources.len() > 10);
+    for (path, lines) in sources {
+        let used = lines.iter().any(|l| l.contains("clickhouse_state::"));
+        assert!(!used, "{} uses the guest crate", path.display());
+    }
+}
+
 #[test]
 fn no_two_host_modules_import_each_other() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/src");
@@ -176,7 +192,7 @@ fn no_message_text_is_matched() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut found = Vec::new();
     for (dir, ext) in [
-        ("config/src", "rs"),
+        ("contract/src", "rs"),
         ("guest/src", "rs"),
         ("host/src", "rs"),
         ("python/src", "py"),

@@ -81,6 +81,9 @@ impl GuestStore for EvilStore {
     fn migrate(&self) -> Result<(), wit::Error> {
         Ok(())
     }
+    fn schema(&self) -> Vec<String> {
+        Vec::new()
+    }
     fn idle(&self) -> Result<Option<u64>, wit::Error> {
         Ok(None)
     }

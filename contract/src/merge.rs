@@ -29,16 +29,16 @@ pub fn merge(src: Map<String, Value>, dest: &mut Map<String, Value>) {
     }
 }
 
-/// Meltano's update of `stored` by a state whose parts are `partial` and `completed`: a
-/// partial state merges into the stored partial and keeps the stored completed; a complete
-/// state replaces everything and resets the partial.
+/// Meltano's update of the stored parts (partial, completed) by a state whose parts are
+/// `partial` and `completed`: a partial state merges into the stored partial and keeps the
+/// stored completed; a complete state replaces everything and resets the partial.
 pub fn merged(
     partial: Map<String, Value>,
     completed: Map<String, Value>,
-    stored: Option<crate::rows::StoredTuple>,
+    stored: Option<(Option<String>, Option<String>)>,
 ) -> (String, String) {
     match stored {
-        Some((stored_partial, stored_completed, _)) if completed.is_empty() => {
+        Some((stored_partial, stored_completed)) if completed.is_empty() => {
             let mut merged = stored_partial
                 .as_deref()
                 .and_then(|p| parse_object(p, "stored partial state").ok())
