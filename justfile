@@ -248,6 +248,12 @@ bench-meltano: guest clickhouse-start python-package
     cargo build --release -p meltano-state-host
     cargo bench -p integration-tests --bench meltano
 
+# Meltano's calls on ours and on the original, and the CLI, against an instant (record-and-replay)
+# ClickHouse and the real one; builds nothing: runs target/release/state-backend as it is
+# The overhead floor: writes tests/benches/results/floor.md (a few minutes; --help for options)
+bench-floor *ARGS: clickhouse-start
+    {{python}} tests/benches/floor.py {{ARGS}}
+
 # Two processes updating one id in turn, against one alone (what a second writer meets)
 bench-alternation: guest clickhouse-start
     cargo build --release -p meltano-state-host

@@ -20,7 +20,7 @@ use crate::http::hook::{Interceptor, OutgoingHook};
 use crate::http::policy::{AddressAllowance, Authority, EgressPolicy, TimeoutLimits};
 use crate::http::pool::PoolLimits;
 use crate::http::sender::Sender;
-use crate::http::tls::TlsOptions;
+use crate::http::tls::{LazyClientConfig, TlsOptions};
 use crate::limits::{self, CpuShare, Limits};
 use crate::settings::Settings;
 use crate::state::HostState;
@@ -132,7 +132,7 @@ impl Runtime {
     /// Loads a component from its bytes: a component binary is compiled, a precompiled one
     /// deserialized.
     pub fn from_bytes(bytes: &[u8], options: RuntimeOptions) -> Result<Self> {
-        let sender = Sender::new(options.tls.client_config()?);
+        let sender = Sender::new(Arc::new(LazyClientConfig::new(&options.tls)?));
         let pooled = options
             .pooled_instances
             .map(|instances| (instances, options.memory_limit_bytes));

@@ -72,6 +72,12 @@ pub struct Cli {
     #[arg(long, default_value = "warn", value_name = "LEVEL")]
     pub log: String,
 
+    /// After the command, print on stderr how long its parts took, in ms, as JSON: `load` (the
+    /// component, from the compile cache or compiled), `open` (instantiate and open), `call`
+    /// and `close`; the rest of a run's wall time is the process's own start and exit
+    #[arg(long)]
+    pub timings: bool,
+
     #[command(subcommand)]
     pub command: Command,
 }

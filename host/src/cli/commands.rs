@@ -128,13 +128,50 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
         serve::serve_stdio(backend).await?;
         return Ok(Value::Null);
     }
+    let mut timings = Timings::new(cli.timings);
     let runtime = Runtime::load(&component, options)?;
+    timings.lap("load");
     let mut backend = runtime.open(&cli.uri, all_settings).await?;
+    timings.lap("open");
     let output = execute(&mut backend, cli.command).await;
+    timings.lap("call");
     let closed = backend.close().await;
+    timings.lap("close");
+    timings.print();
     let output = output?;
     closed?;
     Ok(output)
+}
+
+/// The parts of one command's time (`--timings`), each from the end of the one before.
+struct Timings {
+    on: bool,
+    last: std::time::Instant,
+    parts: Map<String, Value>,
+}
+
+impl Timings {
+    fn new(on: bool) -> Self {
+        Timings {
+            on,
+            last: std::time::Instant::now(),
+            parts: Map::new(),
+        }
+    }
+
+    fn lap(&mut self, part: &str) {
+        let now = std::time::Instant::now();
+        let ms = (now - self.last).as_secs_f64() * 1000.0;
+        self.parts
+            .insert(part.into(), json!((ms * 1000.0).round() / 1000.0));
+        self.last = now;
+    }
+
+    fn print(&self) {
+        if self.on {
+            eprintln!("{}", json!({ "timings_ms": self.parts }));
+        }
+    }
 }
 
 /// The instance `serve` runs, or why there is none and which setting that is about.

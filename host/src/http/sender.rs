@@ -15,7 +15,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -25,6 +24,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
 use super::policy::AddressAllowance;
 use super::pool::{Connection, Destination, Pool, PoolLimits};
+use super::tls::LazyClientConfig;
 use super::tripwire;
 
 /// A response and the future that reports the connection's own failures.
@@ -37,13 +37,13 @@ pub type Sent = (
 /// Clones share the pool; [`Sender::for_instance`] makes one with a pool of its own.
 #[derive(Clone)]
 pub struct Sender {
-    tls: Arc<ClientConfig>,
+    tls: Arc<LazyClientConfig>,
     pool: Arc<Pool>,
 }
 
 impl Sender {
     /// A sender without keep-alive (a connection per request).
-    pub fn new(tls: Arc<ClientConfig>) -> Self {
+    pub fn new(tls: Arc<LazyClientConfig>) -> Self {
         Sender {
             tls,
             pool: Pool::new(PoolLimits::off()),
@@ -134,7 +134,11 @@ impl Sender {
             let name = ServerName::try_from(host.clone()).map_err(|_| {
                 HttpError::InternalError(Some(format!("'{host}' is not a valid TLS server name")))
             })?;
-            let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.tls));
+            let config = self
+                .tls
+                .get()
+                .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;
+            let connector = tokio_rustls::TlsConnector::from(config);
             let tls = tokio::time::timeout(connect_timeout, connector.connect(name, tcp))
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout)?

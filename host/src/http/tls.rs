@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -39,11 +39,19 @@ impl fmt::Debug for TlsOptions {
 impl TlsOptions {
     /// The rustls client configuration these options describe.
     pub fn client_config(&self) -> Result<Arc<ClientConfig>> {
+        self.config_with(true)
+    }
+
+    /// The configuration, with the system's roots or with none: the files these options name
+    /// are read either way.
+    fn config_with(&self, system_roots: bool) -> Result<Arc<ClientConfig>> {
         let mut roots = RootCertStore::empty();
-        let native = rustls_native_certs::load_native_certs();
-        let (added, _ignored) = roots.add_parsable_certificates(native.certs);
-        if added == 0 {
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if system_roots {
+            let native = rustls_native_certs::load_native_certs();
+            let (added, _ignored) = roots.add_parsable_certificates(native.certs);
+            if added == 0 {
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            }
         }
         if let Some(path) = &self.ca_bundle {
             let certs = read_certs(path, "CA bundle")?;
@@ -84,6 +92,40 @@ impl TlsOptions {
             }
         };
         Ok(Arc::new(config))
+    }
+}
+
+/// A client configuration made on the first https connection: the system's roots take
+/// milliseconds to load (a CLI call's largest part of its own), and a plain-http ClickHouse
+/// never needs them. The options' files are read when it is made, so a bad one is still an
+/// error at start-up.
+pub struct LazyClientConfig {
+    options: TlsOptions,
+    config: OnceLock<Arc<ClientConfig>>,
+}
+
+impl LazyClientConfig {
+    pub fn new(options: &TlsOptions) -> Result<Self> {
+        options.config_with(false)?;
+        Ok(LazyClientConfig {
+            options: options.clone(),
+            config: OnceLock::new(),
+        })
+    }
+
+    /// The configuration, made now if this is the first call (a file changed since start-up
+    /// is an error then, and the next call tries again).
+    pub fn get(&self) -> Result<Arc<ClientConfig>> {
+        if let Some(config) = self.config.get() {
+            return Ok(Arc::clone(config));
+        }
+        let config = self.options.client_config()?;
+        Ok(Arc::clone(self.config.get_or_init(|| config)))
+    }
+
+    /// Whether the configuration has been made (the system's roots loaded).
+    pub fn is_made(&self) -> bool {
+        self.config.get().is_some()
     }
 }
 
@@ -181,5 +223,22 @@ mod tests {
         // The certificate is checked first: it is missing too.
         assert_eq!(unreadable_key.culprit(), Some("client_cert"));
         assert_eq!(TlsOptions::default().culprit(), None);
+    }
+
+    #[test]
+    fn the_lazy_configuration_checks_the_files_at_once_and_loads_roots_on_first_use() {
+        let bad = TlsOptions {
+            ca_bundle: Some("/nonexistent/ca.pem".into()),
+            ..TlsOptions::default()
+        };
+        assert!(matches!(
+            LazyClientConfig::new(&bad),
+            Err(Error::InvalidConfig(m)) if m.contains("/nonexistent/ca.pem")
+        ));
+        let lazy = LazyClientConfig::new(&TlsOptions::default()).expect("no files to read");
+        assert!(!lazy.is_made());
+        let first = lazy.get().expect("made");
+        assert!(lazy.is_made());
+        assert!(Arc::ptr_eq(&first, &lazy.get().expect("kept")));
     }
 }

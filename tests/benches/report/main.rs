@@ -8,12 +8,14 @@
 //! Sections: per-operation overhead (component vs the same SQL over the same HTTP stack without
 //! it), scale (1k/10k/100k states), the lock (fenced vs settle, throughput), the component
 //! (size, compile vs .cwasm, instantiation), connection reuse (keep-alive vs a connection
-//! per request, over http and https) and noisy neighbours (100 tenants in one process, one
-//! spinning and one with a slow ClickHouse).
+//! per request, over http and https), noisy neighbours (100 tenants in one process, one
+//! spinning and one with a slow ClickHouse) and long streams (latency and parts over thousands
+//! of updates).
 
 mod native;
 mod plot;
 mod stats;
+mod streams;
 mod tenants;
 
 use std::fmt::Write as _;
@@ -82,6 +84,7 @@ struct Mode {
     instances: usize,
     gets: usize,
     tenants: tenants::Plan,
+    streams: streams::Plan,
     out: PathBuf,
 }
 
@@ -104,6 +107,14 @@ fn mode() -> Mode {
                 phase: Duration::from_secs(5),
                 think: Duration::from_secs(3),
             },
+            streams: streams::Plan {
+                one_id: 200,
+                ids: 10,
+                per_id: 20,
+                instances: 2,
+                bucket: 50,
+                watch: Duration::ZERO,
+            },
             out: root.join("target").join("bench"),
         }
     } else {
@@ -122,6 +133,14 @@ fn mode() -> Mode {
                 rounds: 12,
                 phase: Duration::from_secs(5),
                 think: Duration::from_secs(3),
+            },
+            streams: streams::Plan {
+                one_id: 10_000,
+                ids: 100,
+                per_id: 1_000,
+                instances: 4,
+                bucket: 1_000,
+                watch: Duration::from_secs(30),
             },
             out: root.join("tests").join("benches").join("results"),
         }
@@ -693,8 +712,10 @@ fn main() {
             "component" => bench.component(),
             "keep-alive" => bench.keep_alive(),
             "tenants" => bench.tenants(),
+            "streams" => streams::section(&bench.tokio, &bench.mode.streams, &mut bench.md),
             other => panic!(
-                "BENCH_ONLY={other}: one of per-op, scale, lock, component, keep-alive, tenants"
+                "BENCH_ONLY={other}: one of per-op, scale, lock, component, keep-alive, tenants, \
+                 streams"
             ),
         }
         println!("{}", bench.md);
@@ -706,6 +727,7 @@ fn main() {
     bench.component();
     bench.keep_alive();
     bench.tenants();
+    streams::section(&bench.tokio, &bench.mode.streams, &mut bench.md);
     let _ = writeln!(
         bench.md,
         "\nThe plot, `latency.svg`: latency distributions per operation (component vs raw) and \

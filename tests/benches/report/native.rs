@@ -19,7 +19,7 @@ use http_body_util::{BodyExt, Full};
 use integration_tests::state_host::http::policy::AddressAllowance;
 use integration_tests::state_host::http::pool::PoolLimits;
 use integration_tests::state_host::http::sender::Sender;
-use integration_tests::state_host::http::tls::TlsOptions;
+use integration_tests::state_host::http::tls::{LazyClientConfig, TlsOptions};
 use wasmtime_wasi_http::RequestOptions;
 
 pub type NativeStore = Store<NativeTransport, NativeHost>;
@@ -33,10 +33,10 @@ pub fn open(
     keep_alive: PoolLimits,
     tls: &TlsOptions,
 ) -> (NativeStore, Rc<Cell<u64>>) {
-    let config = tls.client_config().expect("TLS configuration");
+    let config = LazyClientConfig::new(tls).expect("TLS configuration");
     let bytes_in = Rc::new(Cell::new(0));
     let transport = NativeTransport {
-        sender: Sender::new(config).for_instance(keep_alive),
+        sender: Sender::new(std::sync::Arc::new(config)).for_instance(keep_alive),
         tokio,
         bytes_in: Rc::clone(&bytes_in),
     };

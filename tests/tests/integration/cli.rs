@@ -872,3 +872,34 @@ fn the_methods_are_the_contracts_operations_and_the_adapter_calls_only_them() {
     }
     assert!(called >= 10, "found {called} calls in manager.py");
 }
+
+/// `--timings` names each part of a command's time on stderr, as JSON, and changes nothing
+/// else: stdout is the command's own output.
+#[test]
+fn timings_name_each_part_of_a_call() {
+    let cli = Cli::new("cli_timings");
+    cli.ok(&["set", "t:1", r#"{"singer_state": {"a": 1}}"#]);
+    let output = cli.run(&["--timings", "get", "t:1"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        json(&String::from_utf8_lossy(&output.stdout)),
+        serde_json::json!({"singer_state": {"a": 1}})
+    );
+    let line = stderr(&output)
+        .lines()
+        .find(|l| l.contains("timings_ms"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no timings: {}", stderr(&output)));
+    let timings = json(&line);
+    let parts = timings["timings_ms"].as_object().expect("an object");
+    let names: Vec<&str> = parts.keys().map(String::as_str).collect();
+    assert_eq!(names, ["call", "close", "load", "open"]);
+    assert!(
+        parts
+            .values()
+            .all(|ms| ms.as_f64().is_some_and(|ms| ms >= 0.0))
+    );
+    // Without the flag, nothing is said.
+    let output = cli.run(&["get", "t:1"]);
+    assert!(!stderr(&output).contains("timings_ms"));
+}
