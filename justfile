@@ -39,6 +39,7 @@ clickhouse-stop:
 # Build the guest component (wasm32-wasip2, size-optimised)
 guest: setup
     cargo build -p clickhouse-state-guest -p evil-guest --target wasm32-wasip2 --profile release-guest
+    {{python}} guest/optimize.py target/wasm32-wasip2/release-guest/clickhouse_state.wasm
     @ls -l target/wasm32-wasip2/release-guest/clickhouse_state.wasm | awk '{print "component: " $NF " (" $5 " bytes)"}'
 
 # Build the guest and the host CLI (target/debug/state-backend)

@@ -11,7 +11,8 @@
 # installed from its wheel by the recipes that need it); the wheels of the Meltano tests' own
 # venv (python/tests/requirements.txt: Meltano, pytest, their dependencies) are fetched into
 # .local/wheels only when that file or the Python changes, so that `just test` installs them
-# with no package index; and the wasm32-wasip2 Rust target is added only when missing.
+# with no package index; the wasm32-wasip2 Rust target and Binaryen's wasm-opt are added only
+# when missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -43,6 +44,18 @@ if [[ "$(cat "$wheels_stamp" 2>/dev/null)" != "$wheels_want" ]]; then
   "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$wheels" \
     -r "$test_req"
   echo "$wheels_want" > "$wheels_stamp"
+fi
+
+# Binaryen's wasm-opt shrinks the component by a fifth (guest/optimize.py); without it the
+# component works the same and is larger. Installed from Debian where that is how this machine
+# gets packages.
+if ! command -v wasm-opt >/dev/null && command -v apt-get >/dev/null; then
+  echo "bootstrap: installing binaryen (wasm-opt) from Debian" >&2
+  sudo=""
+  if [[ "$(id -u)" != 0 ]]; then sudo="sudo"; fi
+  $sudo apt-get install -y -qq binaryen >/dev/null 2>&1 ||
+    { $sudo apt-get update -qq && $sudo apt-get install -y -qq binaryen >/dev/null; } ||
+    echo "bootstrap: could not install binaryen; the component will not be optimized" >&2
 fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
