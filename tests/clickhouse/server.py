@@ -21,9 +21,9 @@ import logging
 import os
 import re
 import signal
+import socketserver
 import sys
 import threading
-from http.server import ThreadingHTTPServer
 
 from localch.engine import Engine, quote_identifier
 from localch.handler import LOG, Config, Handler
@@ -31,7 +31,10 @@ from localch.handler import LOG, Config, Handler
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class Server(ThreadingHTTPServer):
+class Server(socketserver.ThreadingTCPServer):
+    """A thread per connection; the handler speaks HTTP/1.1 (localch/handler.py)."""
+
+    allow_reuse_address = True
     daemon_threads = True
     # Many clients connect at once in the contention tests; the default backlog of 5 would
     # make the rest wait for a SYN retry (a second or more).
@@ -103,6 +106,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # A line per request: skip what the format does not print (the logging HOWTO's
+    # "Optimization"), the caller's frame above all.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

@@ -134,6 +134,31 @@ def test_url_settings_in_a_session_last_one_query(server: Server):
     assert in_session(server, s, "SELECT getSetting('max_threads')").text == "3\n"
 
 
+def test_url_settings_in_a_session_follow_each_request(server: Server):
+    # Requests in one session whose URL settings come, change, repeat and go, around the
+    # session's own SET, and one whose setting the server refuses.
+    s = f"u-{uuid.uuid4()}"
+    probe = "SELECT getSetting('max_threads'), getSetting('max_block_size')"
+    assert in_session(server, s, "SET max_threads = 3").status == 200
+    default_block = server.ok("SELECT getSetting('max_block_size')").strip()
+    steps = [
+        ({"max_threads": "5"}, f"5\t{default_block}"),
+        ({"max_threads": "5"}, f"5\t{default_block}"),
+        ({"max_block_size": "777"}, "3\t777"),
+        ({}, f"3\t{default_block}"),
+        ({"max_threads": "6", "max_block_size": "778"}, "6\t778"),
+        ({"max_threads": "6"}, f"6\t{default_block}"),
+    ]
+    for params, expected in steps:
+        assert in_session(server, s, probe, **params).text == f"{expected}\n", params
+    assert in_session(server, s, "SET max_block_size = 4321", max_threads="7").status == 200
+    assert in_session(server, s, probe).text == "3\t4321\n"
+    assert in_session(server, s, probe, max_threads="not a number").status != 200
+    assert in_session(server, s, probe).text == "3\t4321\n"
+    assert in_session(server, s, probe, max_block_size="99").text == "3\t99\n"
+    assert in_session(server, s, probe).text == "3\t4321\n"
+
+
 def test_concurrent_sessions_never_see_each_other(server: Server):
     sessions = [f"c{i}-{uuid.uuid4()}" for i in range(6)]
     violations: list[str] = []
