@@ -49,10 +49,13 @@ fi
 # Binaryen's wasm-opt shrinks the component by a fifth (guest/optimize.py); without it the
 # component works the same and is larger. Installed from Debian where that is how this machine
 # gets packages.
-if ! command -v wasm-opt >/dev/null && command -v apt-get >/dev/null; then
+# Tried once per machine (a stamp in .local), never with a password prompt.
+binaryen_tried=.local/binaryen-tried
+if ! command -v wasm-opt >/dev/null && command -v apt-get >/dev/null && [[ ! -e $binaryen_tried ]]; then
   echo "bootstrap: installing binaryen (wasm-opt) from Debian" >&2
+  mkdir -p .local && touch "$binaryen_tried"
   sudo=""
-  if [[ "$(id -u)" != 0 ]]; then sudo="sudo"; fi
+  if [[ "$(id -u)" != 0 ]]; then sudo="sudo -n"; fi
   $sudo apt-get install -y -qq binaryen >/dev/null 2>&1 ||
     { $sudo apt-get update -qq && $sudo apt-get install -y -qq binaryen >/dev/null; } ||
     echo "bootstrap: could not install binaryen; the component will not be optimized" >&2

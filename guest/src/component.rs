@@ -164,8 +164,8 @@ impl GuestStore for StoreResource {
         self.inner.migrate().map_err(to_wit)
     }
 
-    fn schema(&self) -> Vec<String> {
-        self.inner.schema()
+    fn schema(&self) -> Result<Vec<String>, wit::Error> {
+        Ok(self.inner.schema())
     }
 
     fn idle(&self) -> Result<Option<u64>, wit::Error> {

@@ -171,12 +171,13 @@ impl Backend {
     }
 
     /// The DDL `migrate` runs with this instance's settings, one SQL statement each; sends
-    /// nothing.
+    /// nothing. A component that gives none is broken: there is always a table to create.
     pub async fn schema(&mut self) -> Result<Vec<String>> {
-        self.begin_call();
-        let guest = self.bindings.meltano_state_backend_backend().store();
-        let result = guest.call_schema(&mut self.sandbox, self.handle).await;
-        end_call(&mut self.sandbox, result)
+        let statements = call!(self.call_schema())?;
+        if statements.is_empty() {
+            return Err(Error::Component("the component gave no schema".into()));
+        }
+        Ok(statements)
     }
 
     /// Takes the lock of `state_id`, waiting up to the configured lock timeout.

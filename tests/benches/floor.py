@@ -207,7 +207,7 @@ def cli_parts(command: list[str], runs: int, env: dict) -> dict[str, list[float]
         wall = ms(started)
         line = next(x for x in done.stderr.splitlines() if "timings_ms" in x)
         parts = json.loads(line)["timings_ms"]
-        parts["process (start, exit)"] = wall - sum(parts.values())
+        parts["the rest (process start, output, exit)"] = wall - sum(parts.values())
         parts["whole call"] = wall
         for name, value in parts.items():
             out.setdefault(name, []).append(value)
@@ -424,8 +424,8 @@ def render(
         "",
         "The parts of a `get` against the instant server, from the host's own `--timings` "
         "(`load`: the component from the compile cache; `open`: instantiate and open; `call`: "
-        "the one request; `close`); *process* is the wall time less those: start, argument "
-        "parsing and exit.",
+        "the one request; `close`); *the rest* is the wall time less those: the process's start, "
+        "its output and its exit.",
         "",
         "| part | median ms |",
         "|---|---:|",

@@ -74,7 +74,8 @@ pub struct Cli {
 
     /// After the command, print on stderr how long its parts took, in ms, as JSON: `load` (the
     /// component, from the compile cache or compiled), `open` (instantiate and open), `call`
-    /// and `close`; the rest of a run's wall time is the process's own start and exit
+    /// (with the system's TLS roots, loaded on the first https connection) and `close`; the
+    /// rest of a run's wall time is the process's start, its output and its exit
     #[arg(long)]
     pub timings: bool,
 

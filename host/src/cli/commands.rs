@@ -356,9 +356,9 @@ async fn print_migration(config: &Config, mut backend: Backend) -> Result<Value,
         Some(cluster) => format!("a self-managed replicated cluster ('{cluster}')"),
         None => "one server or ClickHouse Cloud (which makes each table Shared)".to_string(),
     };
-    let text = backend
-        .schema()
-        .await?
+    let statements = backend.schema().await;
+    backend.close().await?;
+    let text = statements?
         .iter()
         .map(|sql| format!("{sql};\n"))
         .collect::<Vec<_>>()

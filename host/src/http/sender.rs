@@ -134,10 +134,12 @@ impl Sender {
             let name = ServerName::try_from(host.clone()).map_err(|_| {
                 HttpError::InternalError(Some(format!("'{host}' is not a valid TLS server name")))
             })?;
-            let config = self
-                .tls
-                .get()
-                .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;
+            // Fails only as the check at start-up would have (see `LazyClientConfig::get`); the
+            // guest learns the kind, not the host's file names.
+            let config = self.tls.get().map_err(|e| {
+                tracing::error!("TLS configuration: {e}");
+                HttpError::TlsCertificateError
+            })?;
             let connector = tokio_rustls::TlsConnector::from(config);
             let tls = tokio::time::timeout(connect_timeout, connector.connect(name, tcp))
                 .await

@@ -39,12 +39,49 @@ impl fmt::Debug for TlsOptions {
 impl TlsOptions {
     /// The rustls client configuration these options describe.
     pub fn client_config(&self) -> Result<Arc<ClientConfig>> {
-        self.config_with(true)
+        self.read()?.config(true)
     }
 
-    /// The configuration, with the system's roots or with none: the files these options name
-    /// are read either way.
-    fn config_with(&self, system_roots: bool) -> Result<Arc<ClientConfig>> {
+    /// The certificates and key the options name, read and parsed.
+    fn read(&self) -> Result<TlsFiles> {
+        let extra_roots = match &self.ca_bundle {
+            Some(path) => Some((path.clone(), read_certs(path, "CA bundle")?)),
+            None => None,
+        };
+        let identity = match (&self.client_cert, &self.client_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                let chain = read_certs(cert, "client certificate")?;
+                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                    Error::InvalidConfig(format!(
+                        "client key {}: no usable PEM private key ({e})",
+                        key.display()
+                    ))
+                })?;
+                Some((chain, key))
+            }
+            _ => {
+                return Err(Error::InvalidConfig(
+                    "mutual TLS needs both a client certificate and a client key".into(),
+                ));
+            }
+        };
+        Ok(TlsFiles {
+            extra_roots,
+            identity,
+        })
+    }
+}
+
+/// What the options' files hold, read once.
+struct TlsFiles {
+    extra_roots: Option<(PathBuf, Vec<CertificateDer<'static>>)>,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+}
+
+impl TlsFiles {
+    /// The configuration, with the system's roots or with none.
+    fn config(&self, system_roots: bool) -> Result<Arc<ClientConfig>> {
         let mut roots = RootCertStore::empty();
         if system_roots {
             let native = rustls_native_certs::load_native_certs();
@@ -53,10 +90,9 @@ impl TlsOptions {
                 roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
             }
         }
-        if let Some(path) = &self.ca_bundle {
-            let certs = read_certs(path, "CA bundle")?;
+        if let Some((path, certs)) = &self.extra_roots {
             for cert in certs {
-                roots.add(cert).map_err(|e| {
+                roots.add(cert.clone()).map_err(|e| {
                     Error::InvalidConfig(format!(
                         "CA bundle {}: a certificate is not usable as a root: {e}",
                         path.display()
@@ -69,27 +105,15 @@ impl TlsOptions {
                 .with_safe_default_protocol_versions()
                 .map_err(|e| Error::InvalidConfig(format!("TLS: {e}")))?
                 .with_root_certificates(roots);
-        let config = match (&self.client_cert, &self.client_key) {
-            (None, None) => builder.with_no_client_auth(),
-            (Some(cert), Some(key)) => {
-                let chain = read_certs(cert, "client certificate")?;
-                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                    Error::InvalidConfig(format!(
-                        "client key {}: no usable PEM private key ({e})",
-                        key.display()
-                    ))
-                })?;
-                builder.with_client_auth_cert(chain, key).map_err(|e| {
+        let config = match &self.identity {
+            None => builder.with_no_client_auth(),
+            Some((chain, key)) => builder
+                .with_client_auth_cert(chain.clone(), key.clone_key())
+                .map_err(|e| {
                     Error::InvalidConfig(format!(
                         "client certificate and key do not form a usable identity: {e}"
                     ))
-                })?
-            }
-            _ => {
-                return Err(Error::InvalidConfig(
-                    "mutual TLS needs both a client certificate and a client key".into(),
-                ));
-            }
+                })?,
         };
         Ok(Arc::new(config))
     }
@@ -97,29 +121,30 @@ impl TlsOptions {
 
 /// A client configuration made on the first https connection: the system's roots take
 /// milliseconds to load (a CLI call's largest part of its own), and a plain-http ClickHouse
-/// never needs them. The options' files are read when it is made, so a bad one is still an
-/// error at start-up.
+/// never needs them. The options' files are read and checked when it is made, and kept: a bad
+/// one is an error at start-up, and nothing is read from them later.
 pub struct LazyClientConfig {
-    options: TlsOptions,
+    files: TlsFiles,
     config: OnceLock<Arc<ClientConfig>>,
 }
 
 impl LazyClientConfig {
     pub fn new(options: &TlsOptions) -> Result<Self> {
-        options.config_with(false)?;
+        let files = options.read()?;
+        files.config(false)?;
         Ok(LazyClientConfig {
-            options: options.clone(),
+            files,
             config: OnceLock::new(),
         })
     }
 
-    /// The configuration, made now if this is the first call (a file changed since start-up
-    /// is an error then, and the next call tries again).
+    /// The configuration, made now if this is the first call. Only the system's roots are new
+    /// then, and those are added leniently, so it fails only as the check in `new` would have.
     pub fn get(&self) -> Result<Arc<ClientConfig>> {
         if let Some(config) = self.config.get() {
             return Ok(Arc::clone(config));
         }
-        let config = self.options.client_config()?;
+        let config = self.files.config(true)?;
         Ok(Arc::clone(self.config.get_or_init(|| config)))
     }
 

@@ -203,17 +203,31 @@ fn watch(table: &TestTable, how_long: Duration) -> Vec<(u64, Parts)> {
     seen
 }
 
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn table_of(md: &mut String, rows: &[Row], after: &[(u64, Parts)]) -> f64 {
     let _ = writeln!(
         md,
         "\n| updates | p50 ms | p99 ms | updates/s | active parts: state / lock / lock log | lock log rows |\n\
          |---:|---:|---:|---:|---:|---:|"
     );
+    // Units in the cells, and thousands with a separator, so that no cell reads like another
+    // section's row label (the pages quote figures by such labels).
     for row in rows {
         let _ = writeln!(
             md,
-            "| {} | {:.1} | {:.1} | {:.0} | {} / {} / {} | {} |",
-            row.updates,
+            "| {} | {:.1} | {:.1} | {:.0}/s | {} / {} / {} | {} rows |",
+            thousands(row.updates),
             row.samples.p50(),
             row.samples.p99(),
             row.per_second,
@@ -261,6 +275,11 @@ pub fn section(tokio: &tokio::runtime::Runtime, plan: &Plan, md: &mut String) {
     let one = table_of(md, &rows(&done, &sampled, plan.bucket), &after);
 
     let table = TestTable::new("bench_streams");
+    assert_eq!(
+        plan.ids % plan.instances,
+        0,
+        "the ids split evenly among the instances"
+    );
     let per_instance = plan.ids * plan.per_id / plan.instances;
     eprintln!(
         "streams: {} ids x {} updates on {} instances",

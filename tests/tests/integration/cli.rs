@@ -678,18 +678,26 @@ fn serve_that_cannot_start_says_which_setting_is_wrong_on_its_first_line() {
 
 #[test]
 fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
-    // An unreachable port: printing must not connect.
+    // A name that resolves nowhere, with the tripwire armed: any attempt to resolve or connect
+    // is recorded (and refused, so nothing leaves this machine).
     let print = |extra: &[&str]| {
-        let output = Command::new(state_backend_binary())
+        let trips = integration_tests::TripwireLog::new("migrate-print");
+        let output = trips
+            .arm(&mut Command::new(state_backend_binary()))
             .env_remove("MELTANO_STATE_BACKEND_URI")
-            .args(["--uri", "clickhouse://u:Secret-pw@127.0.0.1:1/default"])
+            .args([
+                "--uri",
+                "clickhouse://u:fake-pw-1@clickhouse.example.invalid/default",
+            ])
             .args(extra)
             .args(["migrate", "--print"])
             .output()
             .expect("runs");
         assert!(output.status.success(), "{}", stderr(&output));
+        trips.assert_untouched();
+        assert!(!stderr(&output).contains("fake-pw-1"));
         let text = String::from_utf8(output.stdout).expect("utf-8");
-        assert!(!text.contains("Secret-pw"));
+        assert!(!text.contains("fake-pw-1"));
         text
     };
     let single = print(&[]);
@@ -706,21 +714,23 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
         3,
         "{cluster}"
     );
-    // The DDL is the loaded component's: the hostile guest has none.
+    // The DDL is the loaded component's: the hostile guest gives none, which is an error.
     let evil =
         integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
     let output = Command::new(state_backend_binary())
         .env_remove("MELTANO_STATE_BACKEND_URI")
         .arg("--component")
         .arg(&evil)
-        .args(["--uri", "clickhouse://u:Secret-pw@127.0.0.1:1/default"])
+        .args([
+            "--uri",
+            "clickhouse://u:fake-pw-1@clickhouse.example.invalid/default",
+        ])
         .args(["migrate", "--print"])
         .output()
         .expect("runs");
-    assert!(output.status.success(), "{}", stderr(&output));
-    let text = String::from_utf8(output.stdout).expect("utf-8");
-    assert!(text.starts_with("-- The schema for"), "{text}");
-    assert!(!text.contains("CREATE"), "{text}");
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("no schema"), "{}", stderr(&output));
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("CREATE"));
     // a bad cluster name is bad input
     let output = Command::new(state_backend_binary())
         .env_remove("MELTANO_STATE_BACKEND_URI")
@@ -879,7 +889,9 @@ fn the_methods_are_the_contracts_operations_and_the_adapter_calls_only_them() {
 fn timings_name_each_part_of_a_call() {
     let cli = Cli::new("cli_timings");
     cli.ok(&["set", "t:1", r#"{"singer_state": {"a": 1}}"#]);
+    let started = std::time::Instant::now();
     let output = cli.run(&["--timings", "get", "t:1"]);
+    let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(
         json(&String::from_utf8_lossy(&output.stdout)),
@@ -894,10 +906,16 @@ fn timings_name_each_part_of_a_call() {
     let parts = timings["timings_ms"].as_object().expect("an object");
     let names: Vec<&str> = parts.keys().map(String::as_str).collect();
     assert_eq!(names, ["call", "close", "load", "open"]);
+    let ms: Vec<f64> = parts
+        .values()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    assert_eq!(ms.len(), 4);
+    // Each part is its own lap: none is empty, and together they fit in the process's time.
+    assert!(ms.iter().all(|&ms| ms > 0.0), "{parts:?}");
     assert!(
-        parts
-            .values()
-            .all(|ms| ms.as_f64().is_some_and(|ms| ms >= 0.0))
+        ms.iter().sum::<f64>() < wall_ms,
+        "{parts:?} in {wall_ms} ms"
     );
     // Without the flag, nothing is said.
     let output = cli.run(&["get", "t:1"]);

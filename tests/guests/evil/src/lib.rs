@@ -81,8 +81,8 @@ impl GuestStore for EvilStore {
     fn migrate(&self) -> Result<(), wit::Error> {
         Ok(())
     }
-    fn schema(&self) -> Vec<String> {
-        Vec::new()
+    fn schema(&self) -> Result<Vec<String>, wit::Error> {
+        Ok(Vec::new())
     }
     fn idle(&self) -> Result<Option<u64>, wit::Error> {
         Ok(None)
