@@ -158,8 +158,8 @@ python-package: wheel-dev
 # A wheel of the debug host into target/wheels/dev, for testing the package as installed (`just
 # wheel` makes the release wheel). Built from the sdist, as pip builds it where no wheel fits, so
 # the sdist is tested too (the shared target dir keeps it incremental). Seconds when the host's
-# own build is current; after `cargo test --workspace` about 3 min, as its dependencies' features
-# differ from the workspace's.
+# own build (`cargo build -p meltano-state-host`, as `lint` runs it) is current; minutes after
+# only `cargo test --workspace`, whose dependencies' features differ from the host's alone.
 wheel-dev: sdist
     cd target/wheels/dev && PATH="{{justfile_directory()}}/.venv/bin:$PATH" \
         CARGO_TARGET_DIR="{{justfile_directory()}}/target" MATURIN_PEP517_ARGS="--profile dev" \
@@ -234,9 +234,13 @@ meltano-install venv: wheel
         target/wheels/meltano_state_backend_clickhouse_wasm-*-manylinux*_x86_64.whl
     @echo "installed into {{venv}}: set MELTANO_STATE_BACKEND_URI=clickhouse://user:password@host:port/database"
 
-# The benchmark report: overhead vs raw HTTP, scale, lock, component, keep-alive; writes
-# tests/benches/results/report.md and latency.svg (a few minutes; release build)
-bench: guest clickhouse-start
+# Its four benchmarks, one after the other, each writing its own sections (release builds).
+# The whole benchmark report, tests/benches/results/report.md (about 50 minutes)
+bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30")
+
+# Overhead vs raw HTTP, scale, lock, component, keep-alive, noisy neighbours, long streams;
+# and latency.svg. Sections 1-7 of the report (about 40 minutes; release build)
+bench-report: guest clickhouse-start
     cargo bench -p integration-tests --bench report
 
 # The same report with small counts and a debug build, into target/bench/ (`just test` runs
@@ -244,18 +248,19 @@ bench: guest clickhouse-start
 bench-quick: guest clickhouse-start
     BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
 
-# Meltano benchmark: one update through Meltano and the bridge vs the host library directly
+# One update through Meltano and the bridge vs the host library directly, and the update
+# stream against the original. Section 8 of the report
 bench-meltano: guest clickhouse-start python-package
     cargo build --release -p meltano-state-host
     cargo bench -p integration-tests --bench meltano
 
 # Meltano's calls on ours and on the original, and the CLI, against an instant (record-and-replay)
 # ClickHouse and the real one; builds nothing: runs target/release/state-backend as it is
-# The overhead floor: writes tests/benches/results/floor.md (a few minutes; --help for options)
+# Section 10, the overhead floor (a few minutes; --help for options)
 bench-floor *ARGS: clickhouse-start
     {{python}} tests/benches/floor.py {{ARGS}}
 
-# Two processes updating one id in turn, against one alone (what a second writer meets)
+# Section 9: two processes updating one id in turn, against one alone (what a second writer meets)
 bench-alternation: guest clickhouse-start
     cargo build --release -p meltano-state-host
     cargo bench -p integration-tests --bench alternation
@@ -274,9 +279,10 @@ lint: setup
         --target wasm32-wasip2
     .venv/bin/ruff check .
     .venv/bin/ruff format --check .
-    # What is generated from the host's tables (a workspace build, as the tests' own, so that
-    # they reuse it)
-    cargo build --workspace --bins --quiet
+    # What is generated from the host's tables. The host alone, as its sdist builds it, so that
+    # `wheel-dev` reuses this build: a workspace build of the bins resolves its dependencies'
+    # features neither as the host alone nor as the tests do, and CI paid for it a third time.
+    cargo build -p meltano-state-host --bins --quiet
     {{python}} python/generate_tables.py target/debug/state-backend --check
 
 # What is generated from the host's tables of settings and errors: the Meltano package's

@@ -19,6 +19,7 @@ use crate::http::Exchange;
 use crate::http::hook::{Interceptor, OutgoingHook};
 use crate::http::policy::{AddressAllowance, Authority, EgressPolicy, TimeoutLimits};
 use crate::http::pool::PoolLimits;
+use crate::http::proxy::Proxies;
 use crate::http::sender::Sender;
 use crate::http::tls::{LazyClientConfig, TlsOptions};
 use crate::limits::{self, CpuShare, Limits};
@@ -66,6 +67,10 @@ pub struct RuntimeOptions {
     /// Where a compiled component is kept for the next load (see [`cache`]); the per-user
     /// cache by default, `None` compiles in memory every time.
     pub compile_cache: Option<PathBuf>,
+    /// HTTP proxies (see [`crate::http::proxy`]): none by default, whatever the environment
+    /// says, so a runner's tenants go through a proxy only when the runner passes one
+    /// (`Proxies::explicit`); the CLI reads `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY`.
+    pub proxies: Arc<Proxies>,
 }
 
 /// The CPU budget of one call. What a call needs grows with its data: a 100k-state `set-all`
@@ -88,6 +93,7 @@ impl Default for RuntimeOptions {
             pooled_instances: None,
             keep_alive: PoolLimits::default(),
             compile_cache: cache::default_dir(),
+            proxies: Arc::new(Proxies::none()),
         }
     }
 }
@@ -132,7 +138,10 @@ impl Runtime {
     /// Loads a component from its bytes: a component binary is compiled, a precompiled one
     /// deserialized.
     pub fn from_bytes(bytes: &[u8], options: RuntimeOptions) -> Result<Self> {
-        let sender = Sender::new(Arc::new(LazyClientConfig::new(&options.tls)?));
+        let sender = Sender::new(
+            Arc::new(LazyClientConfig::new(&options.tls)?),
+            Arc::clone(&options.proxies),
+        );
         let pooled = options
             .pooled_instances
             .map(|instances| (instances, options.memory_limit_bytes));

@@ -1,9 +1,11 @@
 //! Settings for `open`, from the environment and from the caller, and the host's own options.
 //!
 //! Precedence, highest first: an explicit setting (or CLI flag), then the environment variable
-//! the original Python backend documents, then the URI. The guest has no environment, so the
-//! host reads these variables and passes them on as settings; the guest applies settings over
-//! the URI.
+//! the original Python backend documents, then the URI. A URI given as a flag (`--uri`) is
+//! explicit too: a variable does not override a part it states ([`unstated`]), as
+//! clickhouse-client lets its flags beat the environment; a `CLICKHOUSE_PORT` left in a shell
+//! would otherwise send a flag's URI elsewhere. The guest has no environment, so the host reads
+//! these variables and passes them on as settings; the guest applies settings over the URI.
 
 use clickhouse_state_contract::settings::SETTINGS;
 
@@ -82,7 +84,39 @@ pub const HOST_OPTIONS: &[HostOption] = &[
               runner's tenants; reachable by default",
         switch: true,
     },
+    HostOption {
+        name: "ignore_proxy_env",
+        flag: "--ignore-proxy-env",
+        env: "STATE_BACKEND_IGNORE_PROXY_ENV",
+        doc: "connect directly, whatever `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and \
+              `NO_PROXY` say (honoured by default: https through an http proxy's CONNECT)",
+        switch: true,
+    },
 ];
+
+/// The settings of `env` that override no part `uri` states, and the names of those dropped.
+/// For a URI given explicitly; a URI that does not parse keeps them all (its own error says
+/// what is wrong with it).
+pub fn unstated(env: Settings, uri: &str) -> (Settings, Vec<String>) {
+    let Ok(parts) = clickhouse_state_contract::uri::parse(uri) else {
+        return (env, Vec::new());
+    };
+    let query = parts.query.as_deref().unwrap_or("");
+    let stated = |name: &str| match name {
+        "host" => parts.host.as_deref().is_some_and(|h| !h.is_empty()),
+        "port" => parts.port.is_some(),
+        "user" => !parts.user.is_empty(),
+        "password" => parts.password.is_some(),
+        "database" => !parts.path.is_empty(),
+        "secure" => {
+            matches!(parts.scheme.as_str(), "http" | "https")
+                || query.split('&').any(|p| p.starts_with("secure="))
+        }
+        _ => false,
+    };
+    let (dropped, kept): (Settings, Settings) = env.into_iter().partition(|(n, _)| stated(n));
+    (kept, dropped.into_iter().map(|(name, _)| name).collect())
+}
 
 /// `explicit` over `env`: one pair per name, the explicit one where both have it.
 pub fn layered(env: Settings, explicit: Settings) -> Settings {
@@ -141,5 +175,39 @@ mod tests {
         assert_eq!(config.user, "env_user");
         assert_eq!(config.port, 1111); // URI where nothing overrides it
         assert_eq!(config.password.expose(), "uri_pw");
+    }
+
+    #[test]
+    fn a_flags_uri_beats_the_variables_for_the_parts_it_states() {
+        let env_settings = || {
+            from_env(env(&[
+                ("CLICKHOUSE_HOST", "env-host"),
+                ("CLICKHOUSE_PORT", "1"),
+                ("CLICKHOUSE_PASSWORD", "env_pw"),
+                ("CLICKHOUSE_SECURE", "true"),
+                ("CLICKHOUSE_TABLE", "env_table"),
+            ]))
+        };
+        let uri = "clickhouse://u@uri-host:18123/db";
+        let (kept, dropped) = unstated(env_settings(), uri);
+        assert_eq!(dropped, ["host", "port"]);
+        let config = Config::parse(uri, &kept).expect("valid");
+        assert_eq!((config.host.as_str(), config.port), ("uri-host", 18123));
+        // What the URI leaves out still comes from the environment.
+        assert_eq!(config.password.expose(), "env_pw");
+        assert_eq!(
+            config.scheme,
+            clickhouse_state_contract::config::Scheme::Https
+        );
+        assert_eq!(config.table, "env_table");
+
+        let (_, dropped) = unstated(env_settings(), "https://u:pw@h/db");
+        assert_eq!(dropped, ["host", "password", "secure"]);
+        let (_, dropped) = unstated(env_settings(), "clickhouse://u@h/db?secure=false");
+        assert_eq!(dropped, ["host", "secure"]);
+        // Not a URI: nothing dropped, the URI's own error comes later.
+        let (kept, dropped) = unstated(env_settings(), "not a uri");
+        assert!(dropped.is_empty());
+        assert_eq!(kept.len(), 5);
     }
 }

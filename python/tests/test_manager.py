@@ -304,12 +304,13 @@ def test_every_meltano_setting_of_ours_is_tested_or_cannot_be_wrong():
         for s in ConfigService.addon.get_all()
         if s.name.startswith("state_backend.clickhouse.")
     }
-    # password: any text is a password; allow_loopback, refuse_private: booleans Meltano
-    # casts (each has a test of its own); the client pair: the next test.
+    # password: any text is a password; allow_loopback, refuse_private, ignore_proxy_env:
+    # booleans Meltano casts (each has a test of its own); the client pair: the next test.
     assert ours - set(BAD_VALUES) == {
         "password",
         "allow_loopback",
         "refuse_private",
+        "ignore_proxy_env",
         "client_cert",
         "client_key",
     }
@@ -407,6 +408,25 @@ def test_refuse_private_refuses_a_private_clickhouse_before_connecting(manager_k
     assert "its address is refused" in str(refused.value)
     assert "refuse_private" in str(refused.value)
     assert tripwire.trips() == ""
+
+
+def test_proxies_in_the_environment_are_honoured_unless_ignored(manager_kwargs, monkeypatch):
+    """The host inherits Meltano's environment and goes through the proxy it names: here one
+    nobody listens at (port 1 of this machine), so a call fails; ``ignore_proxy_env`` connects
+    directly."""
+    for var in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:1")
+    kwargs = {**manager_kwargs, "retries": 0}
+    with make(**{**kwargs, "ignore_proxy_env": True}) as direct:
+        assert direct.get("dev:proxied") is None
+    with make(**kwargs) as proxied:
+        with pytest.raises(BackendError) as failed:
+            proxied.get("dev:proxied")
+    assert failed.value.kind == "unreachable", str(failed.value)
+    # The proxy's address, not the ClickHouse's: the request went to the proxy.
+    assert "127.0.0.1:1" in str(failed.value), str(failed.value)
 
 
 def test_with_refuse_private_off_a_private_clickhouse_trips_the_wire(manager_kwargs, tripwire):

@@ -1,7 +1,7 @@
 //! What a second writer of an id meets (not a test): two `state-backend serve --stdio`
 //! processes, as two Meltano runs hold them, update one id in turn, against one process alone.
 //! Prints the ratios measured in one run on the ClickHouse at $CLICKHOUSE_URL and writes
-//! `tests/benches/results/alternation.md`.
+//! section 9 of `tests/benches/results/report.md`.
 //!
 //!   cargo bench -p integration-tests --bench alternation      (or `just bench-alternation`)
 //!
@@ -208,7 +208,7 @@ fn main() {
     };
     println!("a second writer while a stream holds the id: {met}");
     let report = format!(
-        "# Two writers of one id\n\n`cargo bench -p integration-tests --bench alternation` on {}, \
+        "## 9. Two writers of one id\n\n`cargo bench -p integration-tests --bench alternation` on {}, \
          host `{}`, {:.0} s. Two `state-backend serve --stdio` processes update one id in turn, \
          {turns} updates each; one process alone updates its own id {} times (after a first \
          update); all with Meltano's `lock_timeout_seconds` of 10. The first hand-off is the second process's first update; the medians and \
@@ -226,7 +226,8 @@ fn main() {
         turns * 2,
         rows.join("\n")
     );
-    let path = root().join("tests/benches/results/alternation.md");
-    std::fs::write(&path, report).expect("writes the results");
+    let path = root().join("tests/benches/results/report.md");
+    integration_tests::report::write_section(&path, "alternation", &report)
+        .expect("writes section 9 of report.md");
     println!("wrote {}", path.display());
 }

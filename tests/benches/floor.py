@@ -6,7 +6,7 @@ Meltano's ``StateStoreManager`` API, in one run, it times ``set``, ``get``, ``st
 steady ``update`` for ours (the adapter, its host kept by the bridge) and for the original's
 test copy (``python/tests/original_backend.py``), against the instant server (the floor) and
 against the real local ClickHouse; then the CLI per call (process start, a whole ``get``).
-Writes ``tests/benches/results/floor.md``.
+Writes section 10 of ``tests/benches/results/report.md``.
 
   .venv/bin/python tests/benches/floor.py            (or `just bench-floor`)
 
@@ -47,7 +47,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="The overhead floor: Meltano's state calls on ours and on the original's "
         "test copy, against an instant (record-and-replay) ClickHouse and the real local one, "
-        "and the CLI per call. Writes tests/benches/results/floor.md.",
+        "and the CLI per call. Writes section 10 of tests/benches/results/report.md.",
     )
     parser.add_argument(
         "--calls", type=int, default=100, help="timed calls per kind per round (default 100)"
@@ -81,8 +81,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "tests" / "benches" / "results" / "floor.md",
-        help="the report (default tests/benches/results/floor.md)",
+        default=ROOT / "tests" / "benches" / "results" / "report.md",
+        help="the report whose section 10 this writes (default tests/benches/results/report.md)",
     )
     return parser.parse_args()
 
@@ -307,9 +307,20 @@ def main() -> int:
         tripped,
     )
     print(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report)
+    write_section(args.out, "floor", report)
     return 1 if tripped else 0
+
+
+def write_section(path: Path, name: str, body: str) -> None:
+    """Replaces section ``name`` of the report (between its markers, which
+    ``tests/src/report.rs`` writes), keeping the rest of the file."""
+    text = path.read_text()
+    start_mark, end_mark = f"<!-- section {name} -->\n", f"\n<!-- /section {name} -->"
+    start = text.find(start_mark)
+    end = text.find(end_mark, start)
+    if start < 0 or end < 0:
+        sys.exit(f"{path} has no section {name}: run `just bench-report` first")
+    path.write_text(text[: start + len(start_mark)] + body.strip() + text[end:])
 
 
 def raw_requests(port: int, n: int, *, record: bool) -> dict[str, list[float]]:
@@ -340,7 +351,7 @@ def render(
         return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
     lines = [
-        "# The overhead floor: Meltano's state calls against an instant ClickHouse",
+        "## 10. The overhead floor: Meltano's state calls against an instant ClickHouse",
         "",
         f"`.venv/bin/python tests/benches/floor.py --calls {args.calls} --rounds {args.rounds} "
         f"--cli-runs {args.cli_runs}` (`just bench-floor`) on {platform.machine()}, "
@@ -395,7 +406,7 @@ def render(
         )
     lines += [
         "",
-        "## The instant server alone",
+        "### The instant server alone",
         "",
         "`SELECT 1` from Python's `http.client` (kept connection: our host keeps its "
         "connections) and `urllib` (a new connection each time, `Connection: close`: what the "
@@ -408,7 +419,7 @@ def render(
         lines.append(f"| {name} | {p50(xs):.3f} | {p99(xs):.3f} |")
     lines += [
         "",
-        "## The CLI, per call",
+        "### The CLI, per call",
         "",
         f"Wall times from `time.perf_counter` around `subprocess.run` (fork and exec included), "
         f"medians of {args.cli_runs} runs. `get` is `state-backend --component ... --uri "
@@ -435,7 +446,7 @@ def render(
     missed = replay.get("missed") or {}
     lines += [
         "",
-        "## Replay",
+        "### Replay",
         "",
         f"Recorded {recorded.get('recorded', 0)} requests into {recorded.get('entries', 0)} "
         f"answers. Replay: {replay.get('hits', 0)} exact hits, {replay.get('fallbacks', 0)} "

@@ -14,8 +14,8 @@
 //! Then the **update stream** (`python/bench/update_stream.py`): Meltano runs of STATE messages
 //! on one id each, through Meltano's API, on this adapter (default and settle mode) and on the
 //! original backend's test copy; the first message and the steady state apart; then `set`, `get`
-//! and `state-ids` against the original's. It writes `tests/benches/results/meltano.md` and
-//! `stream.svg`.
+//! and `state-ids` against the original's. It writes section 8 of
+//! `tests/benches/results/report.md` and `stream.svg`.
 //!
 //! Needs the project's .venv (Meltano and the adapter) and a built `state-backend` (release if
 //! there is one). `BENCH_UPDATES` sets the updates per path per round (default 100),
@@ -185,7 +185,7 @@ fn main() {
         );
     }
     let mut report = format!(
-        "# Meltano's API: the update stream and the other calls\n\n\
+        "## 8. Meltano's API: the update stream and the other calls\n\n\
          `cargo bench -p integration-tests --bench meltano` on {}, host `{}`, {:.0} s. \
          Each stream is a Meltano run on one state id: a fresh manager, Meltano's read of the \
          state, then one `update` (Meltano's `StateStoreManager.update`) per STATE message. \
@@ -224,7 +224,7 @@ fn main() {
         let ours = samples(&stream, &format!("ours_{name}"));
         let original = samples(&stream, &format!("original_{name}"));
         report += &format!(
-            "| {} | {:.2} | {:.2} | {:.2}x |\n",
+            "| {} through Meltano's API | {:.2} | {:.2} | {:.2}x |\n",
             name.replace('_', "-"),
             original.p50(),
             ours.p50(),
@@ -233,7 +233,8 @@ fn main() {
     }
     println!("\n{report}");
     let results = root().join("tests/benches/results");
-    std::fs::write(results.join("meltano.md"), &report).expect("writes meltano.md");
+    integration_tests::report::write_section(&results.join("report.md"), "meltano", &report)
+        .expect("writes section 8 of report.md");
     let parts: Vec<(String, Samples)> = ["ours", "settle", "original"]
         .iter()
         .flat_map(|name| ["first", "steady"].map(|part| format!("{name}_{part}")))

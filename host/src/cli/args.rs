@@ -21,6 +21,10 @@ pub struct Cli {
     #[arg(long, env = "MELTANO_STATE_BACKEND_URI", default_value = DEFAULT_URI, hide_env_values = true, hide_default_value = true)]
     pub uri: String,
 
+    /// Whether `--uri` was on the command line (not from its variable or the default).
+    #[arg(skip)]
+    pub uri_from_flag: bool,
+
     /// A setting that overrides the URI (repeatable; `state-backend settings` lists them)
     #[arg(
         long = "setting",
@@ -67,6 +71,11 @@ pub struct Cli {
     /// single user's ClickHouse usually lives
     #[arg(long, env = "STATE_BACKEND_REFUSE_PRIVATE")]
     pub refuse_private: bool,
+
+    /// Connect directly, whatever HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY say; by
+    /// default they are honoured (https through an http proxy's CONNECT)
+    #[arg(long, env = "STATE_BACKEND_IGNORE_PROXY_ENV")]
+    pub ignore_proxy_env: bool,
 
     /// Log level for host and guest diagnostics on stderr (error, warn, info, debug)
     #[arg(long, default_value = "warn", value_name = "LEVEL")]

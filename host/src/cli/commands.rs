@@ -2,11 +2,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clickhouse_state_contract::config::{Config, Culprit};
 use serde_json::{Map, Value, json};
 use state_host::http::policy::AddressAllowance;
+use state_host::http::proxy::Proxies;
 use state_host::http::tls::TlsOptions;
 use state_host::settings::{self, Settings};
 use state_host::{Backend, Error, Runtime, RuntimeOptions, State};
@@ -84,7 +86,13 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
     if let Command::Errors = cli.command {
         return Ok(errors_json());
     }
+    let proxies = if cli.ignore_proxy_env {
+        Proxies::none()
+    } else {
+        Proxies::from_lookup(|var| std::env::var(var).ok()).map_err(Error::InvalidConfig)?
+    };
     let options = RuntimeOptions {
+        proxies: Arc::new(proxies),
         tls: TlsOptions {
             ca_bundle: cli.ca_bundle.clone(),
             client_cert: cli.client_cert.clone(),
@@ -101,7 +109,14 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
         cpu_share: None,
         ..RuntimeOptions::default()
     };
-    let env = settings::from_env(|var| std::env::var(var).ok());
+    let mut env = settings::from_env(|var| std::env::var(var).ok());
+    if cli.uri_from_flag {
+        let (kept, dropped) = settings::unstated(env, &cli.uri);
+        env = kept;
+        for name in dropped {
+            tracing::info!("the {name} in the environment is not used: --uri states it");
+        }
+    }
     let all_settings = settings::layered(env, cli.settings.clone());
     if let Command::Migrate { print: true } = cli.command {
         let config = Config::parse(&cli.uri, &all_settings).map_err(Error::from)?;

@@ -7,7 +7,8 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 
 mod args;
 mod commands;
@@ -17,7 +18,12 @@ mod serve;
 mod state_json;
 
 fn main() -> ExitCode {
-    let cli = args::Cli::parse();
+    let matches = args::Cli::command().get_matches();
+    let mut cli = match args::Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    cli.uri_from_flag = matches.value_source("uri") == Some(ValueSource::CommandLine);
     // wasmtime-wasi-http warns about every refused connection; the error line says it already.
     let filter = format!("{},wasmtime_wasi_http=error", cli.log);
     tracing_subscriber::fmt()

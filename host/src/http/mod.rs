@@ -1,6 +1,6 @@
 //! The guest's outgoing HTTP: the policy of what it may reach (`policy`), the wasi:http hook
-//! that applies it (`hook`), the sender with its keep-alive pool and TLS (`sender`, `pool`,
-//! `tls`), the tripwire that keeps test builds on this machine (`tripwire`), and, for tests
+//! that applies it (`hook`), the sender with its keep-alive pool, TLS and proxies (`sender`,
+//! `pool`, `tls`, `proxy`), the tripwire that keeps test builds on this machine (`tripwire`), and, for tests
 //! only, fault injection as a decorator around the sender (`faults`, behind the `faults`
 //! feature: the production hook does not know faults exist).
 
@@ -11,6 +11,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 pub mod hook;
 pub mod policy;
 pub mod pool;
+pub mod proxy;
 pub mod sender;
 pub mod tls;
 pub mod tripwire;

@@ -46,19 +46,21 @@ impl PoolLimits {
     }
 }
 
-/// Where a connection goes.
+/// Where a connection goes, and through which proxy (host and port), if any.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Destination {
     pub https: bool,
     pub host: String,
     pub port: u16,
+    pub proxy: Option<(String, u16)>,
 }
 
 /// An open HTTP/1.1 connection, with the address it was made to (checked when it was made, and
-/// again before each reuse).
+/// again before each reuse), or none through a proxy (whose address the policy does not hold
+/// to the address classes: see `proxy`).
 pub(crate) struct Connection {
     pub sender: SendRequest<WasiBody>,
-    pub peer: IpAddr,
+    pub peer: Option<IpAddr>,
 }
 
 struct Idle {

@@ -4,7 +4,7 @@
 //! cannot reach a server with a private CA or present a client certificate. This sender does the
 //! same job with a rustls configuration of ours (see `tls`), and honours the (clamped) connect,
 //! first-byte and between-bytes timeouts. Connections are kept alive and reused through a pool
-//! of the instance's own (see `pool`).
+//! of the instance's own (see `pool`). A request may go through an HTTP proxy (see `proxy`).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -24,6 +24,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
 use super::policy::AddressAllowance;
 use super::pool::{Connection, Destination, Pool, PoolLimits};
+use super::proxy::{self, Proxies};
 use super::tls::LazyClientConfig;
 use super::tripwire;
 
@@ -38,14 +39,16 @@ pub type Sent = (
 #[derive(Clone)]
 pub struct Sender {
     tls: Arc<LazyClientConfig>,
+    proxies: Arc<Proxies>,
     pool: Arc<Pool>,
 }
 
 impl Sender {
     /// A sender without keep-alive (a connection per request).
-    pub fn new(tls: Arc<LazyClientConfig>) -> Self {
+    pub fn new(tls: Arc<LazyClientConfig>, proxies: Arc<Proxies>) -> Self {
         Sender {
             tls,
+            proxies,
             pool: Pool::new(PoolLimits::off()),
         }
     }
@@ -55,6 +58,7 @@ impl Sender {
     pub fn for_instance(&self, limits: PoolLimits) -> Self {
         Sender {
             tls: Arc::clone(&self.tls),
+            proxies: Arc::clone(&self.proxies),
             pool: Pool::new(limits),
         }
     }
@@ -83,19 +87,51 @@ impl Sender {
             .unwrap_or(Duration::from_secs(30))
             .max(Duration::from_millis(1));
 
-        // HTTP/1.1 sends the origin form (path and query); scheme and authority are for proxies.
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        *request.uri_mut() =
-            http::Uri::try_from(path).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        let route = self.proxies.route(&uri);
+        match &route {
+            // A proxy takes plain http in the absolute form, with its credentials.
+            Some(route) if !https => {
+                // Rebuilt from what the policy checked: no user information goes on.
+                let path = uri.path_and_query().map_or("/", |p| p.as_str());
+                let authority = if host.contains(':') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
+                };
+                *request.uri_mut() = http::Uri::try_from(format!("http://{authority}{path}"))
+                    .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+                if let Some(auth) = &route.auth {
+                    request
+                        .headers_mut()
+                        .insert(http::header::PROXY_AUTHORIZATION, auth.clone());
+                }
+            }
+            // HTTP/1.1 sends the origin form (path and query) to the server itself, and in a
+            // tunnel.
+            _ => {
+                let path = uri.path_and_query().map_or("/", |p| p.as_str());
+                *request.uri_mut() =
+                    http::Uri::try_from(path).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+            }
+        }
         let destination = Destination {
             https,
             host: host.clone(),
             port,
+            proxy: route.as_ref().map(|r| (r.host.clone(), r.port)),
         };
 
         while let Some(mut connection) = self.pool.take(&destination) {
             // The address allowance is checked again on every reuse, not only at connect time.
-            if addresses.check(connection.peer).is_err() || !Pool::ready(&mut connection).await {
+            let refused = match connection.peer {
+                Some(peer) => addresses.check(peer).is_err(),
+                // Through a proxy, which connects anew for each plain request: the destination
+                // is checked again (see `proxy`).
+                None => proxy::check_destination(&host, port, addresses)
+                    .await
+                    .is_err(),
+            };
+            if refused || !Pool::ready(&mut connection).await {
                 continue;
             }
             let sent = tokio::time::timeout(
@@ -119,38 +155,100 @@ impl Sender {
             }
         }
 
+        let timeouts = Timeouts {
+            connect: connect_timeout,
+            first_byte: first_byte_timeout,
+            between_bytes,
+        };
+        if let Some(route) = route {
+            return self
+                .send_through(route, request, timeouts, destination, addresses)
+                .await;
+        }
         let tcp = tokio::time::timeout(connect_timeout, connect(&host, port, addresses))
             .await
             .map_err(|_| HttpError::ConnectionTimeout)??;
         let peer = tcp.peer_addr().map_err(HttpError::Connect)?.ip();
         // Small requests and responses: do not wait to coalesce.
         tcp.set_nodelay(true).ok();
-        let timeouts = Timeouts {
-            connect: connect_timeout,
-            first_byte: first_byte_timeout,
-            between_bytes,
-        };
         if https {
             let name = ServerName::try_from(host.clone()).map_err(|_| {
                 HttpError::InternalError(Some(format!("'{host}' is not a valid TLS server name")))
             })?;
-            // Fails only as the check at start-up would have (see `LazyClientConfig::get`); the
-            // guest learns the kind, not the host's file names.
-            let config = self.tls.get().map_err(|e| {
-                tracing::error!("TLS configuration: {e}");
-                HttpError::TlsCertificateError
-            })?;
-            let connector = tokio_rustls::TlsConnector::from(config);
-            let tls = tokio::time::timeout(connect_timeout, connector.connect(name, tcp))
-                .await
-                .map_err(|_| HttpError::ConnectionTimeout)?
-                .map_err(HttpError::Tls)?;
-            self.exchange(tls, request, timeouts, destination, peer)
+            let tls = self.handshake(name, tcp, connect_timeout).await?;
+            self.exchange(tls, request, timeouts, destination, Some(peer))
                 .await
         } else {
-            self.exchange(tcp, request, timeouts, destination, peer)
+            self.exchange(tcp, request, timeouts, destination, Some(peer))
                 .await
         }
+    }
+
+    /// A new connection through the proxy of `route`: a tunnel for https, the proxy itself for
+    /// http. The destination is checked first (see `proxy`).
+    async fn send_through(
+        &self,
+        route: proxy::Route,
+        request: http::Request<WasiBody>,
+        timeouts: Timeouts,
+        destination: Destination,
+        addresses: AddressAllowance,
+    ) -> Result<Sent, HttpError> {
+        let (host, port) = (destination.host.clone(), destination.port);
+        // Checked before anything goes to the proxy.
+        let name = if destination.https {
+            Some(ServerName::try_from(host.clone()).map_err(|_| {
+                HttpError::InternalError(Some(format!("'{host}' is not a valid TLS server name")))
+            })?)
+        } else {
+            None
+        };
+        let connected = async {
+            proxy::check_destination(&host, port, addresses).await?;
+            let tcp = proxy::connect(&route).await?;
+            tcp.set_nodelay(true).ok();
+            Ok::<_, HttpError>(tcp)
+        };
+        let tcp = tokio::time::timeout(timeouts.connect, connected)
+            .await
+            .map_err(|_| HttpError::ConnectionTimeout)??;
+        let Some(name) = name else {
+            return self
+                .exchange(tcp, request, timeouts, destination, None)
+                .await;
+        };
+        let tunnel = tokio::time::timeout(
+            timeouts.connect,
+            proxy::tunnel(tcp, &host, port, route.auth.clone()),
+        )
+        .await
+        .map_err(|_| HttpError::ConnectionTimeout)??;
+        let tls = self.handshake(name, tunnel, timeouts.connect).await?;
+        self.exchange(tls, request, timeouts, destination, None)
+            .await
+    }
+
+    /// TLS to `name` over `stream`, with our trust settings.
+    async fn handshake<S>(
+        &self,
+        name: ServerName<'static>,
+        stream: S,
+        timeout: Duration,
+    ) -> Result<tokio_rustls::client::TlsStream<S>, HttpError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        // Fails only as the check at start-up would have (see `LazyClientConfig::get`); the
+        // guest learns the kind, not the host's file names.
+        let config = self.tls.get().map_err(|e| {
+            tracing::error!("TLS configuration: {e}");
+            HttpError::TlsCertificateError
+        })?;
+        let connector = tokio_rustls::TlsConnector::from(config);
+        tokio::time::timeout(timeout, connector.connect(name, stream))
+            .await
+            .map_err(|_| HttpError::ConnectionTimeout)?
+            .map_err(HttpError::Tls)
     }
 
     /// Opens HTTP/1.1 on a new connection and sends `request`; the connection goes to the pool
@@ -161,7 +259,7 @@ impl Sender {
         request: http::Request<WasiBody>,
         timeouts: Timeouts,
         destination: Destination,
-        peer: std::net::IpAddr,
+        peer: Option<std::net::IpAddr>,
     ) -> Result<Sent, HttpError>
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,

@@ -60,6 +60,7 @@ _INHERITED_NOT = frozenset(
         "CLICKHOUSE_CLIENT_KEY",
         "STATE_BACKEND_ALLOW_LOOPBACK",
         "STATE_BACKEND_REFUSE_PRIVATE",
+        "STATE_BACKEND_IGNORE_PROXY_ENV",
     }
 )
 _URI_VAR = "MELTANO_STATE_BACKEND_URI"
@@ -182,6 +183,8 @@ class HostConfig:
     lock_retry_seconds: float = 1.0
     allow_loopback: bool = False
     refuse_private: bool = False
+    #: Connect directly, whatever HTTPS_PROXY and the like say (the host honours them).
+    ignore_proxy_env: bool = False
     ca_bundle: str | None = None
     client_cert: str | None = None
     client_key: str | None = None
@@ -195,6 +198,8 @@ class HostConfig:
             command.append("--allow-loopback")
         if self.refuse_private:
             command.append("--refuse-private")
+        if self.ignore_proxy_env:
+            command.append("--ignore-proxy-env")
         for flag, path in [
             ("--ca-bundle", self.ca_bundle),
             ("--client-cert", self.client_cert),

@@ -130,6 +130,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
             lock_retry_seconds=float(1 if lock_retry_seconds is None else lock_retry_seconds),
             allow_loopback=bool(ours.get("allow_loopback")),
             refuse_private=bool(ours.get("refuse_private")),
+            ignore_proxy_env=bool(ours.get("ignore_proxy_env")),
             ca_bundle=ours.get("ca_bundle") or None,
             client_cert=client_cert or None,
             client_key=client_key or None,

@@ -163,4 +163,11 @@ SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
         "boolean",
         "Refuse private networks (10/8, 172.16/12, 192.168/16, fc00::/7, ...), as for a runner's tenants; reachable by default",
     ),
+    (
+        "ignore_proxy_env",
+        "host",
+        "state_backend.clickhouse.ignore_proxy_env",
+        "boolean",
+        "Connect directly, whatever `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` say (honoured by default: https through an http proxy's CONNECT)",
+    ),
 )

@@ -2,7 +2,8 @@
 //! at $CLICKHOUSE_URL (default: the local one), printed as ratios because this machine is
 //! shared and absolute times drift.
 //!
-//!   just bench          full run; writes tests/benches/results/{report.md,latency.svg}
+//!   just bench-report   full run; writes sections 1-7 of tests/benches/results/report.md
+//!                       (`integration_tests::report`) and latency.svg
 //!   just bench-quick    the same sections with small counts (CI runs it); writes target/bench/
 //!
 //! Sections: per-operation overhead (component vs the same SQL over the same HTTP stack without
@@ -18,10 +19,11 @@ mod stats;
 mod streams;
 mod tenants;
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use integration_tests::state_host::http::hook::Interceptor;
@@ -31,7 +33,7 @@ use integration_tests::state_host::{
     Backend, InstanceOptions, Runtime, RuntimeOptions, State, default_component_path,
 };
 use integration_tests::tls::{Pki, TlsProxy};
-use integration_tests::{TestTable, runtime, runtime_options};
+use integration_tests::{TestTable, insert_target, runtime, runtime_options};
 use native::NativeStore;
 use stats::Samples;
 
@@ -176,6 +178,44 @@ impl Interceptor for Counter {
         self.0.fetch_add(1, Ordering::SeqCst);
         None
     }
+}
+
+/// What a set of instances asked of the server: every request, and the inserts by table.
+#[derive(Default)]
+struct Census {
+    requests: AtomicUsize,
+    inserts: Mutex<BTreeMap<String, usize>>,
+}
+
+impl Interceptor for Census {
+    fn before_send(&self, _: &http::Method, uri: &http::Uri) -> Option<Duration> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        if let Some(table) = insert_target(uri)
+            && let Ok(mut inserts) = self.inserts.lock()
+        {
+            *inserts.entry(table).or_default() += 1;
+        }
+        None
+    }
+}
+
+impl Census {
+    fn inserts_into(&self, table: &str) -> usize {
+        self.inserts
+            .lock()
+            .map(|i| i.get(table).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+}
+
+/// One throughput run: its rate, when each update ended, and what the writers asked of the
+/// server.
+struct Run {
+    rate: f64,
+    timeline: Timeline,
+    census: Arc<Census>,
+    updates: usize,
+    seconds: f64,
 }
 
 struct Bench {
@@ -413,39 +453,100 @@ impl Bench {
             settle_trips,
             settle.p50() / kept.p50()
         );
+        let mut profile = Vec::new();
         for &writers in self.mode.writers {
-            let (shared, next) = self.throughput(&table, writers, true);
-            let (distinct, _) = self.throughput(&table, writers, false);
-            let (same, handoff) = next.split();
+            let shared = self.throughput(&table, writers, true);
+            let distinct = self.throughput(&table, writers, false);
+            let line = self.asked(&table, writers, &shared);
+            let (same, handoff) = shared.timeline.split();
             let _ = writeln!(
                 self.md,
-                "| {writers} | {shared:.1} | {} / {} | {distinct:.1} |",
+                "| {writers} | {:.1} | {} / {} | {:.1} |",
+                shared.rate,
                 fmt_p50(&same),
-                fmt_p50(&handoff)
+                fmt_p50(&handoff),
+                distinct.rate
             );
+            profile.push((writers, line));
+        }
+        let _ = writeln!(
+            self.md,
+            "\nWhat the writers of one id asked of the server, per update (the same runs): \
+             requests, the inserts among them by table, and the lock log's rows by event (a \
+             claim that lost is an `acquire` row too). The rate is the server's requests per \
+             second from these writers.\n\n\
+             | on one id | requests | reads | inserts: state / lock log | log rows: acquire / want / release | requests/s |\n\
+             |---:|---:|---:|---:|---:|---:|"
+        );
+        for (writers, line) in profile {
+            let noun = if writers == 1 { "writer" } else { "writers" };
+            let _ = writeln!(self.md, "| {writers} {noun} | {line} |");
         }
         (kept, settle)
     }
 
-    /// Updates per second of `writers` writers (one id, or one each), and when each update
-    /// ended and by whom.
-    fn throughput(&self, table: &Arc<TestTable>, writers: usize, one_id: bool) -> (f64, Timeline) {
+    /// The profile line of a one-id throughput run (see `lock`).
+    fn asked(&self, table: &TestTable, writers: usize, run: &Run) -> String {
+        let n = run.updates as f64;
+        let requests = run.census.requests.load(Ordering::SeqCst) as f64;
+        let state = run.census.inserts_into(&table.name) as f64;
+        let log_table = format!("{}_lock_log", table.name);
+        let log = run.census.inserts_into(&log_table) as f64;
+        let rows = table.target.must(&format!(
+            "SELECT event, count() FROM {}_lock_log WHERE state_id = 'bench:shared:{writers}' \
+             GROUP BY event FORMAT TSV",
+            table.qualified()
+        ));
+        let events: BTreeMap<&str, f64> = rows
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .filter_map(|(e, c)| Some((e, c.trim().parse::<f64>().ok()?)))
+            .collect();
+        let per = |event: &str| events.get(event).copied().unwrap_or(0.0) / n;
+        format!(
+            "{:.1} | {:.1} | {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.0}",
+            requests / n,
+            (requests - state - log) / n,
+            state / n,
+            log / n,
+            per("acquire"),
+            per("want"),
+            per("release"),
+            requests / run.seconds
+        )
+    }
+
+    /// Updates per second of `writers` writers (one id, or one each), when each update ended and
+    /// by whom, and what they asked of the server.
+    fn throughput(&self, table: &Arc<TestTable>, writers: usize, one_id: bool) -> Run {
         let per_writer = self.mode.updates_per_run / writers;
+        let census = Arc::new(Census::default());
         self.tokio.block_on(async {
             let mut backends = Vec::new();
             for _ in 0..writers {
+                let options = InstanceOptions {
+                    label: format!("bench-throughput-{writers}"),
+                    interceptor: Some(census.clone()),
+                    ..InstanceOptions::default()
+                };
                 backends.push(
                     runtime()
-                        .open(
+                        .open_with(
                             &table.target.uri(),
                             table.with(&[
                                 ("lock_retry_seconds", "0.05"),
                                 ("lock_timeout_seconds", "600"),
                             ]),
+                            options,
                         )
                         .await
                         .expect("opens"),
                 );
+            }
+            // Opening counts no request of the runs.
+            census.requests.store(0, Ordering::SeqCst);
+            if let Ok(mut inserts) = census.inserts.lock() {
+                inserts.clear();
             }
             let started = Instant::now();
             let tasks: Vec<_> = backends
@@ -474,8 +575,15 @@ impl Bench {
             for task in tasks {
                 timeline.0.extend(task.await.expect("writer"));
             }
-            let rate = (writers * per_writer) as f64 / started.elapsed().as_secs_f64();
-            (rate, timeline)
+            let seconds = started.elapsed().as_secs_f64();
+            let updates = writers * per_writer;
+            Run {
+                rate: updates as f64 / seconds,
+                timeline,
+                census: census.clone(),
+                updates,
+                seconds,
+            }
         })
     }
 
@@ -695,8 +803,9 @@ fn main() {
     let mut bench = Bench {
         tokio,
         md: format!(
-            "# Benchmark report\n\n{} mode, {}, on {}; ClickHouse: the local chDB 26.9 server \
-             unless $CLICKHOUSE_URL said otherwise. Regenerate with `just bench`.\n",
+            "Sections 1–7: `cargo bench -p integration-tests --bench report` (`just \
+             bench-report`), {} mode, {}, on {}; ClickHouse: the local chDB 26.9 server unless \
+             $CLICKHOUSE_URL said otherwise.\n",
             mode.name,
             humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
             integration_tests::machine_summary()
@@ -737,7 +846,8 @@ fn main() {
 
     std::fs::create_dir_all(&bench.mode.out).expect("output directory");
     let report = bench.mode.out.join("report.md");
-    std::fs::write(&report, &bench.md).expect("writes the report");
+    integration_tests::report::write_section(&report, "report", &bench.md)
+        .expect("writes the report");
     let mut series = Vec::new();
     for (op, component, raw) in &per_op {
         series.push(plot::Series {

@@ -36,7 +36,8 @@ pub fn open(
     let config = LazyClientConfig::new(tls).expect("TLS configuration");
     let bytes_in = Rc::new(Cell::new(0));
     let transport = NativeTransport {
-        sender: Sender::new(std::sync::Arc::new(config)).for_instance(keep_alive),
+        sender: Sender::new(std::sync::Arc::new(config), Default::default())
+            .for_instance(keep_alive),
         tokio,
         bytes_in: Rc::clone(&bytes_in),
     };

@@ -4,11 +4,23 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use integration_tests::{SCHEMA, TestTable, json, state_backend_binary};
+use integration_tests::{SCHEMA, TestTable, json, printed, state_backend_binary};
 
 struct Cli {
     table: std::sync::Arc<TestTable>,
 }
+
+/// What the host reads proxies from: no test inherits them from the shell that runs it.
+const PROXY_VARIABLES: [&str; 8] = [
+    "ALL_PROXY",
+    "all_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
 
 impl Cli {
     fn new(label: &str) -> Cli {
@@ -28,6 +40,9 @@ impl Cli {
             .args(["-s", &format!("table={}", self.table.name)])
             .args(["-s", "lock_retry_seconds=0.2"]);
         for (var, _) in integration_tests::state_host::settings::env_variables() {
+            command.env_remove(var);
+        }
+        for var in PROXY_VARIABLES {
             command.env_remove(var);
         }
         command
@@ -920,4 +935,191 @@ fn timings_name_each_part_of_a_call() {
     // Without the flag, nothing is said.
     let output = cli.run(&["get", "t:1"]);
     assert!(!stderr(&output).contains("timings_ms"));
+}
+
+/// A URI given as a flag beats the environment for the parts it states, as clickhouse-client's
+/// flags do: a `CLICKHOUSE_PORT` left in a shell does not send it elsewhere. From its variable
+/// (as the Meltano adapter passes it), the URI still yields to them, as the original documents.
+#[test]
+fn a_uri_flag_beats_a_port_variable_and_a_uri_variable_does_not() {
+    let cli = Cli::new("cli_uri_flag");
+    let uri = cli.table.target.uri();
+    let stated = clickhouse_state::uri::parse(&uri).expect("the target's URI");
+    assert!(
+        stated.port.is_some(),
+        "the target's URI states its port: {uri}"
+    );
+    let out = cli
+        .command()
+        .env("CLICKHOUSE_PORT", "1")
+        .args(["set", "flag-wins", r#"{"singer_state":{"a":1}}"#])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", printed(&out));
+    assert_eq!(
+        cli.ok(&["get", "flag-wins"]),
+        json(r#"{"singer_state":{"a":1}}"#)
+    );
+
+    // The same URI from its variable: the port variable wins, and port 1 of this machine
+    // refuses (no retry, so the refusal is the answer).
+    let mut command = Command::new(state_backend_binary());
+    for (var, _) in integration_tests::state_host::settings::env_variables() {
+        command.env_remove(var);
+    }
+    for var in PROXY_VARIABLES {
+        command.env_remove(var);
+    }
+    let out = command
+        .env("MELTANO_STATE_BACKEND_URI", &uri)
+        .env("CLICKHOUSE_PORT", "1")
+        .args(["--allow-loopback", "-s", "retries=0", "get", "flag-wins"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success(), "{}", printed(&out));
+    let text = printed(&out);
+    let port_1 = format!("{}:1", cli.table.target.host);
+    let at = text.find(&port_1).unwrap_or_else(|| panic!("{text}"));
+    assert!(text.contains("unreachable"), "{text}");
+    // Port 1, not a port that starts with 1.
+    let after = text[at + port_1.len()..].chars().next();
+    assert!(!after.is_some_and(|c| c.is_ascii_digit()), "{text}");
+}
+
+/// The proxy variables are honoured: plain http goes to the proxy in the absolute form, https
+/// through a `CONNECT` tunnel with the proxy's credentials, TLS checked inside it; `NO_PROXY`
+/// and `--ignore-proxy-env` go direct. The proxy is on loopback and forwards only there.
+#[tokio::test(flavor = "multi_thread")]
+async fn proxies_from_the_environment_carry_http_and_https() {
+    use integration_tests::proxy::ForwardProxy;
+    use integration_tests::tls::{Pki, TlsProxy};
+    let cli = Cli::new("cli_proxy");
+    let proxy = ForwardProxy::start().await;
+    let target = &cli.table.target;
+    if !target.host.starts_with("127.") && target.host != "localhost" {
+        // The test proxy forwards only to this machine.
+        return;
+    }
+    let out = cli
+        .command()
+        .env("HTTP_PROXY", proxy.url())
+        .args(["set", "via-proxy", r#"{"singer_state":{"p":1}}"#])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", printed(&out));
+    let http_target = format!("http://{}:{}/", target.host, target.port);
+    let asked = proxy.asked();
+    assert!(
+        asked.iter().any(|a| a.line.contains(&http_target)),
+        "{asked:?}"
+    );
+    assert_eq!(cli.table.raw_rows(), 1);
+
+    let pki = Pki::new("cli-proxy");
+    let server = pki.server("server", &["localhost"], false);
+    let tls = TlsProxy::start(pki.server_config(&server, false), target.clone()).await;
+    let uri = target.secure_uri("localhost", tls.port());
+    let with_credentials = format!("http://me:proxy-pw-0000@{}", proxy.addr);
+    let out = cli
+        .command()
+        .env("HTTPS_PROXY", &with_credentials)
+        .args(["--uri", &uri, "--ca-bundle"])
+        .arg(pki.ca_path())
+        .args(["get", "via-proxy"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", printed(&out));
+    assert_eq!(
+        json(&String::from_utf8_lossy(&out.stdout)),
+        json(r#"{"singer_state":{"p":1}}"#)
+    );
+    assert!(!printed(&out).contains("proxy-pw-0000"));
+    // TLS runs inside the tunnel, checked: without the test CA the certificate is rejected.
+    let rejected = cli
+        .command()
+        .env("HTTPS_PROXY", &with_credentials)
+        .args(["--uri", &uri, "-s", "retries=0", "get", "via-proxy"])
+        .output()
+        .expect("runs");
+    let text = printed(&rejected);
+    assert!(!rejected.status.success(), "{text}");
+    assert!(text.contains("certificate"), "{text}");
+    assert!(!text.contains("proxy-pw-0000"), "{text}");
+    let tunnel = format!("CONNECT localhost:{} HTTP/1.1", tls.port());
+    let asked = proxy.asked();
+    let connect = asked
+        .iter()
+        .find(|a| a.line == tunnel)
+        .unwrap_or_else(|| panic!("no {tunnel}: {asked:?}"));
+    // me:proxy-pw-0000
+    assert_eq!(
+        connect.authorization.as_deref(),
+        Some("Basic bWU6cHJveHktcHctMDAwMA==")
+    );
+    assert!(tls.handshakes() >= 1);
+
+    let before = proxy.asked().len();
+    let exempt = cli
+        .command()
+        .env("HTTP_PROXY", proxy.url())
+        .env("NO_PROXY", format!("{},localhost", target.host))
+        .args(["get", "via-proxy"])
+        .output()
+        .expect("runs");
+    assert!(exempt.status.success(), "{}", printed(&exempt));
+    let ignored = cli
+        .command()
+        .env("HTTP_PROXY", proxy.url())
+        .args(["--ignore-proxy-env", "get", "via-proxy"])
+        .output()
+        .expect("runs");
+    assert!(ignored.status.success(), "{}", printed(&ignored));
+    assert_eq!(proxy.asked().len(), before, "{:?}", proxy.asked());
+}
+
+/// Through a proxy the destination is checked as if connected to directly: the cloud
+/// metadata address is refused before the proxy hears of it (and the proxy, on loopback,
+/// would forward nothing off this machine if it did).
+#[tokio::test(flavor = "multi_thread")]
+async fn through_a_proxy_the_destination_is_still_checked() {
+    use integration_tests::proxy::ForwardProxy;
+    let proxy = ForwardProxy::start().await;
+    let cli = Cli::new("cli_proxy_policy");
+    let tripwire = integration_tests::TripwireLog::new("proxy_policy");
+    let out = tripwire
+        .arm(&mut cli.command())
+        .env("HTTP_PROXY", proxy.url())
+        .args([
+            "--uri",
+            "clickhouse://default:throwaway-pw-0000@169.254.169.254:8123/default",
+        ])
+        .args(["-s", "retries=0", "get", "x"])
+        .output()
+        .expect("runs");
+    let text = printed(&out);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("its address is refused"), "{text}");
+    assert!(!text.contains("throwaway-pw-0000"), "{text}");
+    assert!(proxy.asked().is_empty(), "{:?}", proxy.asked());
+    tripwire.assert_untouched();
+}
+
+/// A proxy variable that is not an http proxy URL is a configuration error naming the
+/// variable, without its value (which may hold a password).
+#[test]
+fn a_bad_proxy_variable_is_named_without_its_value() {
+    let cli = Cli::new("cli_proxy_bad");
+    let out = cli
+        .command()
+        .env("HTTPS_PROXY", "socks5://me:proxy-pw-0000@127.0.0.1:1080")
+        .args(["get", "x"])
+        .output()
+        .expect("runs");
+    let text = printed(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("HTTPS_PROXY") && text.contains("only http://"),
+        "{text}"
+    );
+    assert!(!text.contains("proxy-pw-0000"), "{text}");
 }

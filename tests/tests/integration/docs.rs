@@ -57,3 +57,67 @@ fn the_readme_is_a_front_door_that_links_every_page() {
     }
     assert!(pages > 0);
 }
+
+/// One version for the crates, the wheel, the CLI and the README; the contract keeps its own,
+/// which the README names as the WIT package declares it.
+#[test]
+fn one_version_for_crates_wheel_cli_and_readme() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| {
+        std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    let workspace = read("Cargo.toml");
+    assert!(
+        workspace.contains(&format!("\nversion = \"{version}\"\n")),
+        "the workspace's version is this crate's"
+    );
+    for member in [
+        "contract",
+        "host",
+        "guest",
+        "model",
+        "tests",
+        "tests/guests/evil",
+    ] {
+        let manifest = read(&format!("{member}/Cargo.toml"));
+        assert!(
+            manifest.contains("\nversion.workspace = true\n"),
+            "{member}/Cargo.toml takes the workspace's version"
+        );
+    }
+    assert!(workspace.contains(
+        r#"members = ["contract", "host", "guest", "model", "tests", "tests/guests/evil"]"#
+    ));
+    // maturin gives the wheel the host crate's version when the project leaves it dynamic.
+    let pyproject = read("python/pyproject.toml");
+    assert!(
+        pyproject.contains("\ndynamic = [\"version\"]\n"),
+        "the wheel's version is dynamic"
+    );
+    assert!(
+        !pyproject.lines().any(|l| l.starts_with("version")),
+        "the wheel states no version of its own"
+    );
+    let output = std::process::Command::new(integration_tests::state_backend_binary())
+        .arg("--version")
+        .output()
+        .expect("runs state-backend --version");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(printed.trim(), format!("state-backend {version}"));
+    let readme = readme();
+    assert!(
+        readme.contains(&format!("Version {version}, one for the crates")),
+        "the README names the version"
+    );
+    let wit = read("wit/state-backend.wit");
+    let contract = wit
+        .lines()
+        .find_map(|l| l.strip_prefix("package meltano:state-backend@"))
+        .and_then(|l| l.strip_suffix(';'))
+        .expect("the WIT package's version");
+    assert!(
+        readme.contains(&format!("`meltano:state-backend@{contract}`")),
+        "the README names the contract's version, {contract}"
+    );
+}
