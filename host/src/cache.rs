@@ -68,13 +68,17 @@ pub fn load_or_compile(
         return Ok((compile(engine, wasm)?, Outcome::Uncached("no cache".into())));
     };
     let path = entry(dir, engine, wasm);
-    if path.exists() {
-        // SAFETY: `deserialize_file` trusts that the file is wasmtime's own output for this
+    if let Ok(bytes) = std::fs::read(&path) {
+        // Read into memory rather than mapped (`deserialize_file`): under Wine, wasmtime's
+        // file mapping fails ("failed change pages to `PAGE_READONLY`: Access denied"), and
+        // copying an entry (1.3 MB) costs a fraction of a millisecond.
+        // SAFETY: `deserialize` trusts that the bytes are wasmtime's own output for this
         // engine. The entry was written by this code, into the user's own cache, under a name
         // that holds the compatibility hash; wasmtime checks the version and configuration
         // again, and an entry that fails to load is compiled anew below.
-        if let Ok(component) = unsafe { Component::deserialize_file(engine, &path) } {
-            return Ok((component, Outcome::Hit(path)));
+        match unsafe { Component::deserialize(engine, &bytes) } {
+            Ok(component) => return Ok((component, Outcome::Hit(path))),
+            Err(e) => tracing::debug!("the cached {} does not load: {e:#}", path.display()),
         }
     }
     let component = compile(engine, wasm)?;

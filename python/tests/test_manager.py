@@ -475,6 +475,48 @@ def test_the_host_is_found_in_order(tmp_path, monkeypatch, host_bin):
         find_executable(nowhere, nowhere)
 
 
+def test_a_windows_install_is_found_and_runs(tmp_path, monkeypatch, host_bin, manager_kwargs):
+    """The wheel on Windows: pip puts the host in the environment's ``Scripts\\`` as
+    ``state-backend.exe`` and the component in ``Lib\\site-packages``. Laid out by the nt
+    install scheme (with this platform's host under the name the adapter uses on Windows), and
+    with the adapter's directories those of that layout (as sysconfig gives them on Windows),
+    Meltano's calls find both there, start that host with that component, and work; nothing
+    else is on PATH or named by the environment. (The Windows host itself runs under Wine in
+    `just wheel-smoke`, and the wheel installed on Windows in the release workflow.)"""
+    import shutil
+    import sysconfig
+
+    import psutil
+    from meltano_clickhouse_state import bridge
+
+    prefix = tmp_path / "venv"
+    where = {"base": str(prefix), "platbase": str(prefix), "installed_base": str(prefix)}
+    scripts = Path(sysconfig.get_path("scripts", "nt", vars=where))
+    package = Path(sysconfig.get_path("purelib", "nt", vars=where)) / "meltano_clickhouse_state"
+    assert scripts == prefix / "Scripts"
+    assert package == prefix / "Lib" / "site-packages" / "meltano_clickhouse_state"
+    scripts.mkdir(parents=True)
+    package.mkdir(parents=True)
+    shutil.copy2(host_bin, scripts / "state-backend.exe")
+    component = os.environ.get("STATE_BACKEND_COMPONENT") or bridge.find_component()
+    assert component, "no component to lay out"
+    shutil.copy2(component, package / "clickhouse_state.wasm")
+    assert bridge.executable_name("win32") == "state-backend.exe"
+    monkeypatch.setattr(bridge, "EXECUTABLE", bridge.executable_name("win32"))
+    monkeypatch.setattr(bridge, "_SCRIPTS_DIR", scripts)
+    monkeypatch.setattr(bridge, "_PACKAGE_DIR", package)
+    monkeypatch.delenv("STATE_BACKEND_BIN", raising=False)
+    monkeypatch.delenv("STATE_BACKEND_COMPONENT", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+
+    with make(**manager_kwargs) as manager:
+        manager.set(MeltanoState("windows:layout", {}, {"singer_state": {"at": 1}}))
+        assert manager.get("windows:layout").completed_state == {"singer_state": {"at": 1}}
+        host = psutil.Process(manager._bridge.pid)
+        assert Path(host.exe()) == scripts / "state-backend.exe"
+        assert host.environ()["STATE_BACKEND_COMPONENT"] == str(package / "clickhouse_state.wasm")
+
+
 @pytest.mark.skipif(
     not INSTALLED, reason="checks the installed wheel (STATE_BACKEND_TEST_INSTALLED=1)"
 )

@@ -39,7 +39,14 @@ host_logger = logging.getLogger(f"{__name__}.host")
 
 #: Overrides where the host executable is.
 BIN_ENV = "STATE_BACKEND_BIN"
-EXECUTABLE = "state-backend.exe" if sys.platform == "win32" else "state-backend"
+
+
+def executable_name(platform: str = sys.platform) -> str:
+    """The host executable's file name on `platform` (a ``sys.platform`` value)."""
+    return "state-backend.exe" if platform == "win32" else "state-backend"
+
+
+EXECUTABLE = executable_name()
 #: Names the component the host loads (the host's own variable).
 COMPONENT_ENV = "STATE_BACKEND_COMPONENT"
 #: The component, installed inside this package by the wheel.
@@ -135,9 +142,12 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _SCRIPTS_DIR = Path(sysconfig.get_path("scripts"))
 
 
-def find_executable(package_dir: Path = _PACKAGE_DIR, scripts_dir: Path = _SCRIPTS_DIR) -> Path:
+def find_executable(package_dir: Path | None = None, scripts_dir: Path | None = None) -> Path:
     """The host executable: $STATE_BACKEND_BIN, the one the wheel installed into this Python's
-    scripts directory, a copy bundled in this package, or PATH."""
+    scripts directory (``bin/`` in a POSIX venv, ``Scripts\\`` on Windows), a copy bundled in
+    this package, or PATH."""
+    package_dir = _PACKAGE_DIR if package_dir is None else package_dir
+    scripts_dir = _SCRIPTS_DIR if scripts_dir is None else scripts_dir
     explicit = os.environ.get(BIN_ENV)
     if explicit:
         path = Path(explicit)
@@ -159,12 +169,12 @@ def find_executable(package_dir: Path = _PACKAGE_DIR, scripts_dir: Path = _SCRIP
     )
 
 
-def find_component(package_dir: Path = _PACKAGE_DIR) -> Path | None:
+def find_component(package_dir: Path | None = None) -> Path | None:
     """The component the wheel installed inside this package, if any (else the host finds its
     own: $STATE_BACKEND_COMPONENT, or beside its executable)."""
     if os.environ.get(COMPONENT_ENV):
         return None
-    installed = package_dir / COMPONENT_FILE
+    installed = (_PACKAGE_DIR if package_dir is None else package_dir) / COMPONENT_FILE
     return installed if installed.is_file() else None
 
 
