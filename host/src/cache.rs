@@ -68,7 +68,13 @@ pub fn load_or_compile(
         return Ok((compile(engine, wasm)?, Outcome::Uncached("no cache".into())));
     };
     let path = entry(dir, engine, wasm);
-    if let Ok(bytes) = std::fs::read(&path) {
+    let read = std::fs::read(&path);
+    if let Err(e) = &read
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::debug!("the cached {} cannot be read: {e}", path.display());
+    }
+    if let Ok(bytes) = read {
         // Read into memory rather than mapped (`deserialize_file`): under Wine, wasmtime's
         // file mapping fails ("failed change pages to `PAGE_READONLY`: Access denied"), and
         // copying an entry (1.3 MB) costs a fraction of a millisecond.
