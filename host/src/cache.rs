@@ -68,13 +68,7 @@ pub fn load_or_compile(
         return Ok((compile(engine, wasm)?, Outcome::Uncached("no cache".into())));
     };
     let path = entry(dir, engine, wasm);
-    let read = std::fs::read(&path);
-    if let Err(e) = &read
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::debug!("the cached {} cannot be read: {e}", path.display());
-    }
-    if let Ok(bytes) = read {
+    match std::fs::read(&path) {
         // Read into memory rather than mapped (`deserialize_file`): under Wine, wasmtime's
         // file mapping fails ("failed change pages to `PAGE_READONLY`: Access denied"), and
         // copying an entry (1.3 MB) costs a fraction of a millisecond.
@@ -82,10 +76,12 @@ pub fn load_or_compile(
         // engine. The entry was written by this code, into the user's own cache, under a name
         // that holds the compatibility hash; wasmtime checks the version and configuration
         // again, and an entry that fails to load is compiled anew below.
-        match unsafe { Component::deserialize(engine, &bytes) } {
+        Ok(bytes) => match unsafe { Component::deserialize(engine, &bytes) } {
             Ok(component) => return Ok((component, Outcome::Hit(path))),
             Err(e) => tracing::debug!("the cached {} does not load: {e:#}", path.display()),
-        }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::debug!("the cached {} cannot be read: {e}", path.display()),
     }
     let component = compile(engine, wasm)?;
     let outcome = match store(dir, &path, &component) {

@@ -130,19 +130,20 @@ pub fn layered(env: Settings, explicit: Settings) -> Settings {
     out
 }
 
+/// An environment of `pairs` for the functions that take a lookup, in tests.
+#[cfg(test)]
+pub(crate) fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |var| pairs.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clickhouse_state_contract::config::Config;
-
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |var| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == var)
-                .map(|(_, v)| v.to_string())
-        }
-    }
 
     #[test]
     fn reads_the_documented_variables() {

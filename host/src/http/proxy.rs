@@ -304,15 +304,7 @@ pub async fn tunnel(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |var| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == var)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use crate::settings::env;
 
     fn route(proxies: &Proxies, uri: &str) -> Option<(String, u16)> {
         proxies
@@ -374,9 +366,7 @@ mod tests {
             "http://me:s3cret@",
             "::::s3cret",
         ] {
-            let pairs: &'static [(&'static str, &'static str)] =
-                Box::leak(vec![("HTTPS_PROXY", bad)].into_boxed_slice());
-            let error = Proxies::from_lookup(env(pairs)).expect_err(bad);
+            let error = Proxies::from_lookup(env(&[("HTTPS_PROXY", bad)])).expect_err(bad);
             assert!(error.contains("HTTPS_PROXY"), "{error}");
             assert!(!error.contains("s3cret"), "{error}");
         }
