@@ -84,6 +84,16 @@ demo: build
     cli get --raw "$id"
     cli clear --all
 
+# The README's history session: a bad Meltano run, `history`, `diff`, `restore`, and the next
+# run resuming (the workspace's builds; the package as `just python-package` installs it)
+demo-history: build python-package
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! {{python}} tests/clickhouse/ctl.py status --port {{clickhouse_port}} >/dev/null; then
+        {{just_executable()}} clickhouse-start
+    fi
+    {{offline}} tests/demo/history.sh
+
 # Conformance tests of the ClickHouse HTTP endpoint at $CLICKHOUSE_URL
 test-clickhouse: setup
     cd tests/clickhouse && {{offline}} ../../{{python}} -m pytest -q
@@ -257,9 +267,9 @@ meltano-install venv: wheel
         target/wheels/meltano_state_backend_clickhouse_wasm-*-manylinux*_x86_64.whl
     @echo "installed into {{venv}}: set MELTANO_STATE_BACKEND_URI=clickhouse://user:password@host:port/database"
 
-# Its four benchmarks, one after the other, each writing its own sections (release builds).
+# Its five benchmarks, one after the other, each writing its own sections (release builds).
 # The whole benchmark report, tests/benches/results/report.md (about 50 minutes)
-bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30")
+bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30") bench-history
 
 # Overhead vs raw HTTP, scale, lock, component, keep-alive, noisy neighbours, long streams;
 # and latency.svg. Sections 1-7 of the report (about 40 minutes; release build)
@@ -287,6 +297,10 @@ bench-floor *ARGS: clickhouse-start
 bench-alternation: guest clickhouse-start
     cargo build --release -p meltano-state-host
     cargo bench -p integration-tests --bench alternation
+
+# What the history costs: the update stream with it on and off, reads of 100,000 versions
+bench-history: guest clickhouse-start
+    cargo bench -p integration-tests --bench history
 
 # Sandbox benchmark: instantiation, memory per idle instance, .cwasm vs .wasm loading
 bench-sandbox: guest

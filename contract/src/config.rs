@@ -109,7 +109,14 @@ pub struct Config {
     /// A self-managed replicated cluster (a name in `system.clusters`): the schema is created
     /// `ON CLUSTER` it, with Replicated engines. None on one server and on ClickHouse Cloud.
     pub cluster: Option<String>,
+    /// Keep every write of a state in `<table>_history` (see [`Config::history_table`]).
+    pub history: bool,
+    /// History rows older than this are dropped by the table's TTL (0: kept for ever).
+    pub history_days: u32,
 }
+
+/// How long the history keeps a write by default.
+pub const DEFAULT_HISTORY_DAYS: u32 = 90;
 
 /// What a configuration error is about: the URI, or one setting (which may also have come
 /// from the URI, as the user or the database can). Callers that know their own name for a
@@ -188,6 +195,16 @@ impl Config {
     pub fn lock_log_table(&self) -> String {
         format!("{}_lock_log", self.table)
     }
+
+    /// The append-only history of this backend's writes: `<table>_history`. Its materialized
+    /// view `<table>_history_to_state` copies each row into the state table.
+    pub fn history_table(&self) -> String {
+        format!("{}_history", self.table)
+    }
+
+    pub fn history_view(&self) -> String {
+        format!("{}_history_to_state", self.table)
+    }
 }
 
 /// What the URI and settings said, before defaults and validation.
@@ -211,6 +228,8 @@ struct UriParts {
     retry_backoff_ms: Option<u64>,
     retry_budget_ms: Option<u64>,
     cluster: Option<String>,
+    history: Option<bool>,
+    history_days: Option<u32>,
 }
 
 impl UriParts {
@@ -305,6 +324,22 @@ impl UriParts {
                 self.retry_budget_ms = Some(parse_seconds(name, value, true)?);
             }
             "cluster" => self.cluster = Some(value.trim().to_string()),
+            "history" => self.history = Some(parse_bool(name, value)?),
+            "history_days" => {
+                self.history_days = Some(
+                    value
+                        .trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|d| *d <= 36_500)
+                        .ok_or_else(|| {
+                            Error::InvalidConfig(format!(
+                                "'history_days' must be a number of days from 0 (keep for ever) \
+                                 to 36500, not '{value}'"
+                            ))
+                        })?,
+                );
+            }
             "lock_mode" => {
                 self.lock_mode = Some(match value.trim().to_ascii_lowercase().as_str() {
                     "fenced" | "" => LockMode::Fenced,
@@ -391,6 +426,8 @@ impl UriParts {
             retry_backoff_ms: self.retry_backoff_ms.unwrap_or(DEFAULT_RETRY_BACKOFF_MS),
             retry_budget_ms: self.retry_budget_ms.unwrap_or(DEFAULT_RETRY_BUDGET_MS),
             cluster,
+            history: self.history.unwrap_or(true),
+            history_days: self.history_days.unwrap_or(DEFAULT_HISTORY_DAYS),
         })
     }
 }

@@ -227,6 +227,23 @@ pub const SETTINGS: &[Setting] = &[
          Replicated engines",
         "prod",
     ),
+    setting(
+        "history",
+        None,
+        Some("true"),
+        "true",
+        "keep every write of a state in `<table>_history`, for `history`, `get --at`, `diff` \
+         and `restore`",
+        "false",
+    ),
+    setting(
+        "history_days",
+        None,
+        Some("90"),
+        "90",
+        "the history drops writes older than this (a TTL; 0 keeps them for ever)",
+        "7",
+    ),
 ];
 
 /// The names, in table order.

@@ -149,6 +149,54 @@ impl GuestStore for StoreResource {
             .map_err(to_wit)
     }
 
+    fn history(&self, state_id: String, limit: u32) -> Result<Vec<wit::HistoryEntry>, wit::Error> {
+        self.inner
+            .history(&state_id, limit)
+            .map(|entries| {
+                entries
+                    .into_iter()
+                    .map(|e| entry_to_wit(&state_id, e))
+                    .collect()
+            })
+            .map_err(to_wit)
+    }
+
+    fn get_at(&self, state_id: String, at: wit::Point) -> Result<wit::HistoryEntry, wit::Error> {
+        self.inner
+            .get_at(&state_id, point_from_wit(at))
+            .map(|e| entry_to_wit(&state_id, e))
+            .map_err(to_wit)
+    }
+
+    fn restore_locked(
+        &self,
+        to: wit::Point,
+        lock: api::LockBorrow<'_>,
+    ) -> Result<wit::Restored, wit::Error> {
+        let lock = self.own_lock(&lock)?;
+        let mut handle = lock.handle.borrow_mut();
+        let restored = self
+            .inner
+            .restore_locked(point_from_wit(to), &mut handle)
+            .map_err(to_wit)?;
+        Ok(wit::Restored {
+            replaced: restored.replaced.map(state_to_wit),
+            restored: entry_to_wit(&handle.state_id, restored.restored),
+        })
+    }
+
+    fn clear_streams_locked(
+        &self,
+        streams: Vec<String>,
+        lock: api::LockBorrow<'_>,
+    ) -> Result<wit::State, wit::Error> {
+        let lock = self.own_lock(&lock)?;
+        self.inner
+            .clear_streams_locked(&streams, &mut lock.handle.borrow_mut())
+            .map(state_to_wit)
+            .map_err(to_wit)
+    }
+
     fn lock_info(&self, state_id: String) -> Result<Option<wit::LockInfo>, wit::Error> {
         self.inner
             .lock_info(&state_id)
@@ -271,6 +319,32 @@ fn state_from_wit(state: wit::State) -> State {
         state_id: state.state_id,
         partial: state.partial,
         completed: state.completed,
+    }
+}
+
+fn entry_to_wit(state_id: &str, entry: crate::rows::HistoryEntry) -> wit::HistoryEntry {
+    let state = match (entry.partial_state, entry.completed_state) {
+        (None, None) => None,
+        (partial, completed) => Some(wit::State {
+            state_id: state_id.to_string(),
+            partial: crate::merge::or_empty(partial),
+            completed: crate::merge::or_empty(completed),
+        }),
+    };
+    wit::HistoryEntry {
+        version: entry.version,
+        op: entry.op,
+        writer: entry.writer,
+        lock_owner: entry.lock_owner,
+        token: entry.token,
+        state,
+    }
+}
+
+fn point_from_wit(point: wit::Point) -> crate::sql::Point {
+    match point {
+        wit::Point::Version(v) => crate::sql::Point::Version(v),
+        wit::Point::Time(t) => crate::sql::Point::Time(t),
     }
 }
 

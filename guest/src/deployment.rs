@@ -218,6 +218,7 @@ mod tests {
             replica_macro: replica_macro as u8,
             clusters: clusters.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
             dedup_setting: 0,
+            history_view: 0,
         }
     }
 

@@ -8,6 +8,7 @@ pub use clickhouse_state_contract::{config, error, merge, settings, uri};
 
 pub mod deployment;
 pub mod glob;
+pub mod history;
 pub mod http;
 pub mod lock;
 pub mod retry;

@@ -175,6 +175,51 @@ impl FromRow for Stored {
     }
 }
 
+/// One version in the history (`Statements::history`, `history_at`). Both parts `None`: the
+/// state was deleted by this write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub version: u64,
+    pub op: String,
+    pub writer: String,
+    pub lock_owner: String,
+    pub token: u64,
+    pub partial_state: Option<String>,
+    pub completed_state: Option<String>,
+}
+
+impl FromRow for HistoryEntry {
+    fn from_row(mut row: Row) -> Result<Self> {
+        Ok(HistoryEntry {
+            version: row.number("version")?,
+            op: row.text("op")?,
+            writer: row.text("writer")?,
+            lock_owner: row.text("lock_owner")?,
+            token: row.number("token")?,
+            partial_state: row.optional_text("partial_state")?,
+            completed_state: row.optional_text("completed_state")?,
+        })
+    }
+}
+
+/// How many versions of an id the history holds, and its oldest and newest (0 when none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryExtent {
+    pub versions: u64,
+    pub oldest: u64,
+    pub newest: u64,
+}
+
+impl FromRow for HistoryExtent {
+    fn from_row(mut row: Row) -> Result<Self> {
+        Ok(HistoryExtent {
+            versions: row.number("versions")?,
+            oldest: row.number("oldest")?,
+            newest: row.number("newest")?,
+        })
+    }
+}
+
 /// A state id (`Statements::state_ids`), in RowBinary.
 #[derive(Debug)]
 pub struct Id(pub String);
@@ -390,6 +435,8 @@ pub struct Observation {
     /// The server knows the `deduplicate_insert` setting (newer releases; it supersedes
     /// `insert_deduplicate`).
     pub dedup_setting: u8,
+    /// The history's view exists (see `sql::history`).
+    pub history_view: u8,
 }
 
 impl FromRow for Observation {
@@ -405,6 +452,7 @@ impl FromRow for Observation {
                 _ => None,
             })?,
             dedup_setting: u8::from(row.number_or_zero("dedup_setting")? != 0),
+            history_view: u8::from(row.number_or_zero("history_view")? != 0),
         })
     }
 }

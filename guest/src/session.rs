@@ -45,12 +45,20 @@ pub struct Session<T, H> {
     retry_bound_ms: Cell<Option<u64>>,
     /// `add_lock_log_events` ran (or was tried) on this instance.
     events_added: Cell<bool>,
+    /// The deployment check found the history's view missing: the first write creates it
+    /// (`migrate`), since a write to the history without it would not reach the state table.
+    history_view_missing: Cell<bool>,
+    /// This instance's id in the history's `writer` column: random per opened store.
+    pub instance: String,
 }
 
 impl<T: Transport, H: Platform> Session<T, H> {
     pub fn open(uri: &str, settings: &[(String, String)], transport: T, host: H) -> Result<Self> {
         let config = Config::parse(uri, settings)?;
+        let instance = uuid_of(host.random_u128());
         Ok(Session {
+            history_view_missing: Cell::new(false),
+            instance,
             sql: Statements::new(&config),
             client: Client::new(&config, transport),
             host,
@@ -76,14 +84,15 @@ impl<T: Transport, H: Platform> Session<T, H> {
     /// Runs an `INSERT ... SELECT ... WHERE` and returns how many rows it wrote: `None` when
     /// the server did not say (no summary header), which callers treat as "find out".
     pub fn run_written(&self, query: &Query) -> Result<Option<u64>> {
-        self.run_answer(query).map(|answer| answer.written_rows)
+        self.run_answer(query)
+            .map(|answer| per_row(answer.written_rows, query.fanout))
     }
 
     /// As [`Session::run_written`], and whether the statement was sent more than once (after a
     /// failure whose outcome was unknown: an earlier send may have landed).
     pub fn run_written_resent(&self, query: &Query) -> Result<(Option<u64>, bool)> {
         self.run_answer_counted(query)
-            .map(|(answer, failures)| (answer.written_rows, failures > 0))
+            .map(|(answer, failures)| (per_row(answer.written_rows, query.fanout), failures > 0))
     }
 
     fn run_answer(&self, query: &Query) -> Result<Answer> {
@@ -95,6 +104,24 @@ impl<T: Transport, H: Platform> Session<T, H> {
     fn run_answer_counted(&self, query: &Query) -> Result<(Answer, u32)> {
         if !self.checked.get() {
             self.check_deployment()?;
+        }
+        if query.fanout > 1 && self.history_view_missing.get() {
+            self.host.log(
+                Level::Info,
+                &format!(
+                    "creating the history of {}.{} (its view is missing)",
+                    self.config.schema, self.config.table
+                ),
+            );
+            self.migrate()?;
+            if self.history_view_missing.get() {
+                return Err(Error::InvalidConfig(format!(
+                    "the history's view {}.{} is still missing after `migrate`; create it (see \
+                     `state-backend migrate --print`) or set history=false",
+                    self.config.schema,
+                    self.config.history_view()
+                )));
+            }
         }
         self.run_counted(query)
     }
@@ -244,6 +271,8 @@ impl<T: Transport, H: Platform> Session<T, H> {
         };
         let observed: Observation = rows::first(&body)?.unwrap_or_default();
         let kind = deployment::check(&self.config, &observed)?;
+        self.history_view_missing
+            .set(self.config.history && kind != Kind::Missing && observed.history_view == 0);
         self.consistency
             .set(Consistency::observed(&self.config, kind, &observed));
         self.host.log(
@@ -259,10 +288,21 @@ impl<T: Transport, H: Platform> Session<T, H> {
     }
 
     pub fn new_token(&self) -> String {
-        uuid::Builder::from_random_bytes(self.host.random_u128().to_le_bytes())
-            .into_uuid()
-            .to_string()
+        uuid_of(self.host.random_u128())
     }
+}
+
+/// Rows written per row of the statement, from the summary's count over every table the rows
+/// landed in: unknown (`None`) when it does not divide, as when the history's part was written
+/// and the view's was not.
+fn per_row(written: Option<u64>, fanout: u64) -> Option<u64> {
+    written.and_then(|w| (w % fanout.max(1) == 0).then(|| w / fanout.max(1)))
+}
+
+fn uuid_of(random: u128) -> String {
+    uuid::Builder::from_random_bytes(random.to_le_bytes())
+        .into_uuid()
+        .to_string()
 }
 
 #[cfg(test)]

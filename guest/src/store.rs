@@ -13,7 +13,7 @@ use crate::merge::{merged, or_empty, parse_object};
 use crate::rows;
 use crate::session::{Platform, Session};
 use crate::set::{self, Answer, Set, Step};
-use crate::sql::{self, Query, StateRow};
+use crate::sql::{self, Op, Origin, Query, StateRow};
 
 /// A state as the contract carries it: JSON object texts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
     }
 
     /// The newest row of `state_id`, a tombstone too (both parts `None`).
-    fn stored(&self, state_id: &str) -> Result<Option<rows::StoredTuple>> {
+    pub(crate) fn stored(&self, state_id: &str) -> Result<Option<rows::StoredTuple>> {
         Ok(self
             .session
             .fetch_first(&self.session.sql.get(state_id))?
@@ -126,7 +126,11 @@ impl<T: Transport, H: Platform> Store<T, H> {
             return self.set_at_most_once(state);
         }
         let stored = self.read_version(&self.session.sql.version_of(&state.state_id))?;
-        self.write(std::slice::from_ref(state), self.next_version(stored))
+        self.write(
+            std::slice::from_ref(state),
+            self.next_version(stored),
+            &self.origin(Op::Set),
+        )
     }
 
     /// One round trip in the common case; see `crate::set`.
@@ -141,17 +145,22 @@ impl<T: Transport, H: Platform> Store<T, H> {
             let answer = match statement {
                 set::Statement::WriteUnlessNewer { version_ms } => {
                     let token = self.session.new_token();
-                    let query = self
-                        .session
-                        .sql
-                        .set_unless_newer(state.row(version_ms), &token);
+                    let query = self.session.sql.set_unless_newer(
+                        state.row(version_ms),
+                        &self.origin(Op::Set),
+                        &token,
+                    );
                     self.session
                         .run_written_resent(&query)
                         .map(|(rows, resent)| Answer::Written { rows, resent })
                 }
                 set::Statement::ReadStored => self.stored(&state.state_id).map(Answer::Stored),
                 set::Statement::Insert { version_ms } => self
-                    .write(std::slice::from_ref(state), version_ms)
+                    .write(
+                        std::slice::from_ref(state),
+                        version_ms,
+                        &self.origin(Op::Set),
+                    )
                     .map(|()| Answer::Inserted),
             };
             step = set.answer(answer.unwrap_or_else(Answer::Failed));
@@ -194,7 +203,11 @@ impl<T: Transport, H: Platform> Store<T, H> {
             completed,
         };
         let version = lock::write_version(&self.session, lock, stored_version)?;
-        self.write(std::slice::from_ref(&to_write), version)?;
+        self.write(
+            std::slice::from_ref(&to_write),
+            version,
+            &self.origin_locked(Op::Update, lock),
+        )?;
         lock::confirm_write(&self.session, lock)
     }
 
@@ -209,11 +222,82 @@ impl<T: Transport, H: Platform> Store<T, H> {
             )));
         }
         let stored = self.read_version(&self.session.sql.version_of(&state.state_id))?;
+        self.write_fenced(Some(state), Op::Set, lock, stored)
+            .map(drop)
+    }
+
+    /// Writes `state` (none: a tombstone) as the lock's id's next version under `lock`, fenced
+    /// by it, above the `stored` version; returns the version written.
+    pub(crate) fn write_fenced(
+        &self,
+        state: Option<&State>,
+        op: Op,
+        lock: &mut LockHandle,
+        stored: u64,
+    ) -> Result<u64> {
         let version = lock::write_version(&self.session, lock, stored)?;
-        lock::within_lease(&self.session, lock, || {
-            self.write(std::slice::from_ref(state), version)
+        let origin = self.origin_locked(op, lock);
+        lock::within_lease(&self.session, lock, || match state {
+            Some(state) => self.write(std::slice::from_ref(state), version, &origin),
+            None => self.bury(&[(&lock.state_id, version)], &origin),
         })?;
-        lock::confirm_write(&self.session, lock)
+        lock::confirm_write(&self.session, lock)?;
+        Ok(version)
+    }
+
+    /// Writes `state` as the lock's id's next version only if the server finds, as it writes,
+    /// that the lock is still this grant's and the stored version is still `stored` (the
+    /// guarded write `update` makes; see `sql::Guard`); returns the version written. Refused, it
+    /// writes nothing, to the state or the history, and fails with `lock-lost`. In settle mode,
+    /// which has no generations to guard by, the write is fenced by its version as `set_locked`'s.
+    pub(crate) fn write_guarded_locked(
+        &self,
+        state: &State,
+        op: Op,
+        lock: &mut LockHandle,
+        stored: u64,
+    ) -> Result<u64> {
+        if lock.mode == LockMode::Settle {
+            return self.write_fenced(Some(state), op, lock, stored);
+        }
+        let version = lock::write_version(&self.session, lock, stored)?;
+        let guard = sql::Guard {
+            state_id: lock.state_id.clone(),
+            generation: lock.token,
+            owner: lock.owner.clone(),
+            confirmed: true,
+            previous_until: u64::MAX,
+            expected_version: stored,
+        };
+        let origin = self.origin_locked(op, lock);
+        let row = state.row(version);
+        let token = self.session.new_token();
+        let written = lock::within_lease(&self.session, lock, || {
+            if row.fits_in_params() {
+                let query = self.session.sql.write_guarded(row, &origin, &guard, &token);
+                return self.session.run_written(&query);
+            }
+            // Too large for query parameters: the guard as a read, then a plain insert.
+            if rows::number(&self.session.run(&self.session.sql.guard_holds(&guard))?)? != 1 {
+                return Ok(Some(0));
+            }
+            self.write(std::slice::from_ref(state), version, &origin)
+                .map(|()| Some(1))
+        })?;
+        let landed = match written {
+            Some(rows) => rows == 1,
+            // The server did not say: the version is there or it is not.
+            None => self.read_version(&self.session.sql.version_of(&lock.state_id))? == version,
+        };
+        if !landed {
+            return Err(Error::LockLost(format!(
+                "nothing was written to {:?}: the lock (token {}) is no longer held, or the \
+                 state changed since it was read",
+                lock.state_id, lock.token
+            )));
+        }
+        lock::confirm_write(&self.session, lock)?;
+        Ok(version)
     }
 
     /// Deletes the state as it is now: a tombstone above the newest version read here (see
@@ -223,7 +307,10 @@ impl<T: Transport, H: Platform> Store<T, H> {
         validate_state_id(state_id)?;
         match self.stored(state_id)? {
             None | Some((None, None, _)) => Ok(()), // nothing stored, or deleted already
-            Some((_, _, version)) => self.bury(&[(state_id, self.next_version(version))]),
+            Some((_, _, version)) => self.bury(
+                &[(state_id, self.next_version(version))],
+                &self.origin(Op::Delete),
+            ),
         }
     }
 
@@ -244,11 +331,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
         if stored == 0 {
             return Ok(()); // nothing stored: no tombstone for an id that never was
         }
-        let version = lock::write_version(&self.session, lock, stored)?;
-        lock::within_lease(&self.session, lock, || {
-            self.bury(&[(&lock.state_id, version)])
-        })?;
-        lock::confirm_write(&self.session, lock)
+        self.write_fenced(None, Op::Clear, lock, stored).map(drop)
     }
 
     pub fn state_ids(&self, pattern: Option<&str>) -> Result<Vec<String>> {
@@ -308,7 +391,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
                 )
             })
             .collect();
-        self.insert(&rows)?;
+        self.insert(&rows, &self.origin(Op::SetAll))?;
         Ok(rows.len() as u64)
     }
 
@@ -331,7 +414,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
             .map(|row| (row.state_id.as_str(), self.next_version(row.version)))
             .collect();
         if !tombstones.is_empty() {
-            self.bury(&tombstones)?;
+            self.bury(&tombstones, &self.origin(Op::ClearAll))?;
         }
         Ok(tombstones.len() as u64)
     }
@@ -346,11 +429,33 @@ impl<T: Transport, H: Platform> Store<T, H> {
         rows::number(&self.session.run(query)?)
     }
 
+    /// Who writes, for the history: this instance, under no lock.
+    fn origin(&self, op: Op) -> Origin<'_> {
+        Origin {
+            op,
+            writer: &self.session.instance,
+            lock_owner: "",
+            token: 0,
+        }
+    }
+
+    /// Who writes, for the history: this instance, under `lock`.
+    fn origin_locked<'a>(&'a self, op: Op, lock: &'a LockHandle) -> Origin<'a> {
+        Origin {
+            op,
+            writer: &self.session.instance,
+            lock_owner: &lock.owner,
+            token: lock.token,
+        }
+    }
+
     /// One INSERT of tombstones, each at its version, under a fresh deduplication token.
-    fn bury(&self, tombstones: &[(&str, u64)]) -> Result<()> {
-        let mut data = Vec::with_capacity(tombstones.iter().map(|(id, _)| id.len() + 96).sum());
+    fn bury(&self, tombstones: &[(&str, u64)], origin: &Origin<'_>) -> Result<()> {
+        let mut data = Vec::with_capacity(tombstones.iter().map(|(id, _)| id.len() + 160).sum());
         for (state_id, version_ms) in tombstones {
-            sql::encode_tombstone(state_id, *version_ms, &mut data)?;
+            self.session
+                .sql
+                .encode_tombstone(state_id, *version_ms, origin, &mut data)?;
         }
         let token = self.session.new_token();
         self.session
@@ -358,24 +463,26 @@ impl<T: Transport, H: Platform> Store<T, H> {
             .map(drop)
     }
 
-    fn write(&self, states: &[State], version_ms: u64) -> Result<()> {
+    fn write(&self, states: &[State], version_ms: u64, origin: &Origin<'_>) -> Result<()> {
         let rows: Vec<(&State, u64)> = states.iter().map(|s| (s, version_ms)).collect();
-        self.insert(&rows)
+        self.insert(&rows, origin)
     }
 
     /// One INSERT of JSON rows, each with its version, under a fresh deduplication token.
-    fn insert(&self, rows: &[(&State, u64)]) -> Result<()> {
+    fn insert(&self, rows: &[(&State, u64)], origin: &Origin<'_>) -> Result<()> {
         // The encoded size, escapes included, so the buffer never doubles (at 100k states a
         // doubling is tens of MiB of the instance's memory).
         let escaped =
             |text: &str| text.len() + text.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
         let capacity = rows
             .iter()
-            .map(|(s, _)| escaped(&s.partial) + escaped(&s.completed) + escaped(&s.state_id) + 96)
+            .map(|(s, _)| escaped(&s.partial) + escaped(&s.completed) + escaped(&s.state_id) + 160)
             .sum();
         let mut data = Vec::with_capacity(capacity);
         for (state, version_ms) in rows {
-            state.row(*version_ms).encode(&mut data)?;
+            self.session
+                .sql
+                .encode_state(state.row(*version_ms), origin, &mut data)?;
         }
         let token = self.session.new_token();
         self.session

@@ -5,60 +5,9 @@ use wasmtime::component::ResourceAny;
 
 use crate::bindings::{ClickhouseStateBackend, wit};
 use crate::error::{Error, LockInfo, Result, info_from_wit};
+use crate::records::{HistoryEntry, Point, Restored, State};
 use crate::settings::Settings;
 use crate::state::HostState;
-
-/// One state: the texts of two JSON objects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct State {
-    pub state_id: String,
-    pub partial: String,
-    pub completed: String,
-}
-
-impl State {
-    pub fn new(
-        state_id: impl Into<String>,
-        partial: impl Into<String>,
-        completed: impl Into<String>,
-    ) -> Self {
-        State {
-            state_id: state_id.into(),
-            partial: partial.into(),
-            completed: completed.into(),
-        }
-    }
-
-    /// A complete state (what `meltano state set` writes): `partial` is `{}`.
-    pub fn completed(state_id: impl Into<String>, completed: impl Into<String>) -> Self {
-        State::new(state_id, "{}", completed)
-    }
-
-    /// A partial state (what an incremental STATE message carries): `completed` is `{}`.
-    pub fn partial(state_id: impl Into<String>, partial: impl Into<String>) -> Self {
-        State::new(state_id, partial, "{}")
-    }
-}
-
-impl From<wit::State> for State {
-    fn from(s: wit::State) -> Self {
-        State {
-            state_id: s.state_id,
-            partial: s.partial,
-            completed: s.completed,
-        }
-    }
-}
-
-impl From<&State> for wit::State {
-    fn from(s: &State) -> Self {
-        wit::State {
-            state_id: s.state_id.clone(),
-            partial: s.partial.clone(),
-            completed: s.completed.clone(),
-        }
-    }
-}
 
 /// A held lock. Give it back with [`Backend::release`].
 #[derive(Debug)]
@@ -219,6 +168,30 @@ impl Backend {
     /// Removes the lock's state, fenced by the lock.
     pub async fn delete_locked(&mut self, lock: &Lock) -> Result<()> {
         call!(self.call_delete_locked(lock.resource))
+    }
+
+    /// The newest `limit` versions of `state_id` in the history, newest first.
+    pub async fn history(&mut self, state_id: &str, limit: u32) -> Result<Vec<HistoryEntry>> {
+        Ok(call!(self.call_history(state_id, limit))?
+            .into_iter()
+            .map(HistoryEntry::from)
+            .collect())
+    }
+
+    /// The version of `state_id` at `at`.
+    pub async fn get_at(&mut self, state_id: &str, at: Point) -> Result<HistoryEntry> {
+        Ok(call!(self.call_get_at(state_id, at.into()))?.into())
+    }
+
+    /// Writes the state the lock's id had at `to` as a new version, fenced by the lock.
+    pub async fn restore_locked(&mut self, to: Point, lock: &Lock) -> Result<Restored> {
+        Ok(call!(self.call_restore_locked(to.into(), lock.resource))?.into())
+    }
+
+    /// Removes these streams' bookmarks from the lock's state, fenced by the lock; returns the
+    /// state written.
+    pub async fn clear_streams_locked(&mut self, streams: &[String], lock: &Lock) -> Result<State> {
+        Ok(call!(self.call_clear_streams_locked(streams, lock.resource))?.into())
     }
 
     /// Who holds the lock of `state_id`, if anyone.

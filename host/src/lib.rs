@@ -18,18 +18,21 @@ pub mod cache;
 pub mod clock;
 mod engine;
 mod error;
+pub mod history;
 pub mod http;
 mod limits;
 mod linker;
+mod records;
 mod runtime;
 pub mod settings;
 mod state;
 
-pub use backend::{Backend, Lock, State};
+pub use backend::{Backend, Lock};
 pub use engine::WASMTIME_VERSION;
 pub use error::{ERROR_KINDS, Error, ErrorKind, LockInfo, Result};
 pub use limits::CpuShare;
 pub use linker::LINKED as LINKED_INTERFACES;
+pub use records::{HistoryEntry, Point, Restored, State};
 pub use runtime::{
     COMPONENT_ENV, COMPONENT_FILE, DEFAULT_CPU_BUDGET, InstanceOptions, Runtime, RuntimeOptions,
     default_component_path,

@@ -1,7 +1,9 @@
 //! Settings for `open`, from the environment and from the caller, and the host's own options.
 //!
-//! Precedence, highest first: an explicit setting (or CLI flag), then the environment variable
-//! the original Python backend documents, then the URI. A URI given as a flag (`--uri`) is
+//! Precedence, highest first: an explicit setting (or CLI flag), then Meltano's variable for it
+//! (`MELTANO_STATE_BACKEND_CLICKHOUSE_<NAME>`, so that the CLI run beside Meltano sees what
+//! Meltano sees), then the environment variable the original Python backend documents, then the
+//! URI. A URI given as a flag (`--uri`) is
 //! explicit too: a variable does not override a part it states ([`unstated`]), as
 //! clickhouse-client lets its flags beat the environment; a `CLICKHOUSE_PORT` left in a shell
 //! would otherwise send a flag's URI elsewhere. The guest has no environment, so the host reads
@@ -19,10 +21,23 @@ pub fn env_variables() -> impl Iterator<Item = (&'static str, &'static str)> {
         .filter_map(|s| s.env.map(|var| (var, s.name)))
 }
 
-/// The settings found in an environment (`lookup` is `std::env::var` in production).
+/// Meltano's variable for a setting: `MELTANO_STATE_BACKEND_CLICKHOUSE_<NAME>`.
+pub fn meltano_variable(name: &str) -> String {
+    format!(
+        "MELTANO_STATE_BACKEND_CLICKHOUSE_{}",
+        name.to_ascii_uppercase()
+    )
+}
+
+/// The settings found in an environment (`lookup` is `std::env::var` in production): Meltano's
+/// variable for each, else the original backend's.
 pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Settings {
-    env_variables()
-        .filter_map(|(var, name)| lookup(var).map(|value| (name.to_string(), value)))
+    SETTINGS
+        .iter()
+        .filter_map(|s| {
+            let value = lookup(&meltano_variable(s.name)).or_else(|| s.env.and_then(&lookup))?;
+            Some((s.name.to_string(), value))
+        })
         .collect()
 }
 
@@ -157,6 +172,24 @@ mod tests {
             vec![
                 ("host".into(), "h".into()),
                 ("secure".into(), "true".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn meltanos_variables_are_read_too_and_win_over_the_originals() {
+        let found = from_env(env(&[
+            ("CLICKHOUSE_HOST", "h"),
+            ("MELTANO_STATE_BACKEND_CLICKHOUSE_HOST", "meltano-host"),
+            ("MELTANO_STATE_BACKEND_CLICKHOUSE_HISTORY_DAYS", "7"),
+            ("CLICKHOUSE_SCHEMA", "s"),
+        ]));
+        assert_eq!(
+            found,
+            vec![
+                ("host".into(), "meltano-host".into()),
+                ("schema".into(), "s".into()),
+                ("history_days".into(), "7".into()),
             ]
         );
     }

@@ -16,8 +16,21 @@ fn help(args: &[&str]) -> String {
 fn top_level_help_lists_the_commands_and_precedence() {
     let text = help(&[]);
     for command in [
-        "list", "get", "set", "merge", "copy", "move", "clear", "export", "import", "lock",
+        "list",
+        "get",
+        "set",
+        "merge",
+        "copy",
+        "move",
+        "clear",
+        "export",
+        "import",
+        "lock",
         "migrate",
+        "history",
+        "diff",
+        "restore",
+        "clear-stream",
     ] {
         assert!(text.contains(command), "{command} missing from:\n{text}");
     }
@@ -29,8 +42,21 @@ fn top_level_help_lists_the_commands_and_precedence() {
 #[test]
 fn every_command_has_help() {
     for command in [
-        "list", "get", "set", "merge", "copy", "move", "clear", "export", "import", "lock",
+        "list",
+        "get",
+        "set",
+        "merge",
+        "copy",
+        "move",
+        "clear",
+        "export",
+        "import",
+        "lock",
         "migrate",
+        "history",
+        "diff",
+        "restore",
+        "clear-stream",
     ] {
         let text = help(&[command]);
         assert!(text.contains("Usage:"), "{command}:\n{text}");
@@ -39,6 +65,9 @@ fn every_command_has_help() {
     assert!(help(&["clear"]).contains("--all"));
     assert!(help(&["list"]).contains("--pattern"));
     assert!(help(&["migrate"]).contains("--print"));
+    assert!(help(&["get"]).contains("--at <VERSION|TIME>"));
+    assert!(help(&["history"]).contains("--limit"));
+    assert!(help(&["restore"]).contains("--to <VERSION|TIME>"));
 }
 
 #[test]

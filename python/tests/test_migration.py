@@ -10,6 +10,7 @@ point with the settings a user would give.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -49,8 +50,35 @@ def test_step_1_the_same_table_is_read_and_merged(original, manager_kwargs, sche
         "SELECT name FROM system.tables WHERE database = {db:String} ORDER BY name FORMAT TSVRaw",
         db=schema,
     ).split()
-    # No table of its own for the state; the fenced lock log appears when first needed.
-    assert set(tables) - {"state_lock_log"} == {"state", "state_lock"}
+    # No table of its own for the state; the fenced lock log appears when first needed, and
+    # the history (ours alone) with its view into the state table on the first write.
+    assert set(tables) - {"state_lock_log"} == {
+        "state",
+        "state_lock",
+        "state_history",
+        "state_history_to_state",
+    }
+
+
+def test_the_history_holds_our_writes_and_not_the_originals(
+    original, manager_kwargs, clickhouse, schema
+):
+    original.update(MeltanoState("dev:tap-a-to-b", {}, bookmark(1)))
+    with ours(manager_kwargs, lock_mode="settle") as manager:
+        manager.update(MeltanoState("dev:tap-a-to-b", bookmark(2), {}))
+    original.update(MeltanoState("dev:tap-a-to-b", {}, bookmark(3)))
+    with ours(manager_kwargs, lock_mode="settle") as manager:
+        # The original's write is the state now...
+        assert manager.get("dev:tap-a-to-b") == MeltanoState("dev:tap-a-to-b", {}, bookmark(3))
+    # ...but only ours is in the history.
+    history = clickhouse.query(
+        "SELECT op, partial_state FROM {db:Identifier}.state_history "
+        "WHERE state_id = 'dev:tap-a-to-b' ORDER BY updated_at FORMAT TSVRaw",
+        db=schema,
+    )
+    assert [line.split("\t", 1) for line in history.splitlines()] == [
+        ["update", json.dumps(bookmark(2), separators=(",", ":"))]
+    ]
 
 
 def test_step_2_settle_mode_and_the_original_exclude_each_other(original, manager_kwargs):

@@ -126,6 +126,68 @@ def test_meltano_run_resumes_from_the_bookmark_stored_through_the_component(
     assert got["singer_state"]["bookmarks"]["events"] == bookmark
 
 
+def state_backend(host_bin, project, *args: str):
+    """The CLI beside Meltano, with the project's environment (Meltano's variables): JSON out."""
+    result = subprocess.run(
+        [str(host_bin), "--allow-loopback", *args],
+        cwd=project.path,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"state-backend {' '.join(args)}: {result.stderr}"
+    return json.loads(result.stdout)
+
+
+def test_a_restore_after_a_bad_run_makes_the_next_run_load_what_it_skipped(
+    project, clickhouse, schema, host_bin
+):
+    data, out = set_up_pipeline(project)
+    write_events(data / "a.csv", [1, 2, 3], datetime(2026, 11, 1, 10, tzinfo=timezone.utc))
+    project.meltano(*RUN)
+    assert take_loaded_ids(out) == [1, 2, 3]
+    # A bad run: a file stamped years ahead moves the bookmark past every real file.
+    bad = data / "bad.csv"
+    write_events(bad, [666], datetime(2030, 1, 1, tzinfo=timezone.utc))
+    project.meltano(*RUN)
+    assert take_loaded_ids(out) == [666]
+    bad.unlink()
+    write_events(data / "b.csv", [4, 5], datetime(2026, 11, 2, 10, tzinfo=timezone.utc))
+    project.meltano(*RUN)
+    assert take_loaded_ids(out) == [], "the bad bookmark skips the new file"
+
+    history = state_backend(host_bin, project, "history", STATE_ID)
+
+    def bookmark_of(entry) -> str:
+        return entry["state"]["singer_state"]["bookmarks"]["events"]["replication_key_value"]
+
+    # Newest first: the bad run's bookmark, then the first run's.
+    assert bookmark_of(history[0]) == "2030-01-01T00:00:00+00:00"
+    assert all(entry["op"] == "update" for entry in history), history
+    first_good = next(e for e in history if bookmark_of(e) == "2026-11-01T10:00:00+00:00")
+    diff = state_backend(
+        host_bin, project, "diff", STATE_ID, str(first_good["version"]), str(history[0]["version"])
+    )
+    assert (
+        diff["bookmarks"]["events"]["from"]["replication_key_value"] == "2026-11-01T10:00:00+00:00"
+    )
+    assert diff["bookmarks"]["events"]["to"]["replication_key_value"] == "2030-01-01T00:00:00+00:00"
+
+    restored = state_backend(
+        host_bin, project, "restore", STATE_ID, "--to", str(first_good["version"])
+    )
+    replaced = restored["replaced"]["singer_state"]["bookmarks"]["events"]
+    assert replaced["replication_key_value"] == "2030-01-01T00:00:00+00:00"
+    assert restored["restored"]["op"] == "restore"
+
+    # The next run resumes from the restored bookmark: it loads the file the bad one hid.
+    project.meltano(*RUN)
+    assert take_loaded_ids(out) == [4, 5]
+    ops = [e["op"] for e in state_backend(host_bin, project, "history", STATE_ID)]
+    assert "restore" in ops, ops
+
+
 class OwnClickHouse:
     """The local ClickHouse of this test's own (the project's server on a free port), which it
     kills and starts again on the same data. It fails the test when it cannot start."""

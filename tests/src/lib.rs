@@ -265,7 +265,10 @@ impl TestTable {
 
 impl Drop for TestTable {
     fn drop(&mut self) {
+        // The history's view before the tables it reads and writes.
         for table in [
+            format!("{}_history_to_state", self.name),
+            format!("{}_history", self.name),
             self.name.clone(),
             format!("{}_lock", self.name),
             format!("{}_lock_log", self.name),
@@ -274,6 +277,15 @@ impl Drop for TestTable {
                 .target
                 .query(&format!("DROP TABLE IF EXISTS {SCHEMA}.{table}"));
         }
+    }
+}
+
+/// The `written_rows` an INSERT of one row reports when it lands: two for a write to the
+/// history (its row and its view's in the state table), one otherwise.
+pub fn rows_a_landing_reports(uri: &http::Uri) -> u64 {
+    match insert_target(uri) {
+        Some(table) if table.ends_with("_history") => 2,
+        _ => 1,
     }
 }
 

@@ -528,7 +528,9 @@ mod outage {
             if let Ok(mut swallowed) = self.swallowed.lock() {
                 swallowed.insert(operation);
             }
-            Some(Fault::Swallowed)
+            Some(Fault::Swallowed {
+                written_rows: integration_tests::rows_a_landing_reports(uri),
+            })
         }
     }
 

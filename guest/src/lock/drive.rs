@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::http::Transport;
 use crate::rows;
 use crate::session::{Level, Platform, Session};
-use crate::sql::StateRow;
+use crate::sql::{Op, Origin, StateRow};
 
 /// The executor's host as the machines' [`Env`].
 struct ExecEnv<'a, T, H>(&'a Session<T, H>);
@@ -143,9 +143,15 @@ fn send<T: Transport, H: Platform>(
                 completed,
                 version_ms: *version_ms,
             };
+            let origin = Origin {
+                op: Op::Update,
+                writer: &session.instance,
+                lock_owner: &guard.owner,
+                token: guard.generation,
+            };
             if row.fits_in_params() {
                 Answer::RowsWritten(
-                    session.run_written(&session.sql.write_guarded(row, guard, token))?,
+                    session.run_written(&session.sql.write_guarded(row, &origin, guard, token))?,
                 )
             } else {
                 // Too large for query parameters: check, then insert (what the guard does, in
@@ -154,7 +160,7 @@ fn send<T: Transport, H: Platform>(
                     return Ok(Answer::RowsWritten(Some(0)));
                 }
                 let mut data = Vec::new();
-                row.encode(&mut data)?;
+                session.sql.encode_state(row, &origin, &mut data)?;
                 session.run(&session.sql.insert_states(data, token))?;
                 Answer::RowsWritten(Some(1))
             }

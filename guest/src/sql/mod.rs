@@ -5,9 +5,10 @@
 //! spliced into SQL text.
 //!
 //! One module per concern: `query` (a statement as sent, and escaping), `schema`,
-//! `state`, `guard` (the fenced write's condition), `lock_log` and `settle`.
+//! `state`, `history`, `guard` (the fenced write's condition), `lock_log` and `settle`.
 
 mod guard;
+mod history;
 mod lock_log;
 mod query;
 mod schema;
@@ -15,8 +16,9 @@ mod settle;
 mod state;
 
 pub use guard::Guard;
+pub use history::{Op, Origin, Point};
 pub use query::{Query, Read, Role, escape_param, quote_identifier};
-pub use state::{GUARDED_MAX_BYTES, LIVE, StateRow, encode_tombstone};
+pub use state::{GUARDED_MAX_BYTES, LIVE, StateRow};
 
 use crate::config::Config;
 
@@ -30,15 +32,19 @@ pub struct Statements {
     /// ` ON CLUSTER `name`` when the schema lives on a self-managed replicated cluster.
     on_cluster: String,
     replicated: bool,
+    /// The history's table and view, when it is on.
+    history: Option<history::History>,
     /// The names the deployment check looks up (unquoted).
     schema_name: String,
-    table_names: [String; 3],
+    /// state, lock, lock log, history, the history's view.
+    table_names: [String; 5],
 }
 
 impl Statements {
     pub fn new(config: &Config) -> Self {
         let schema = quote_identifier(&config.schema);
         Statements {
+            history: history::History::of(config, &schema),
             state: format!("{schema}.{}", quote_identifier(&config.table)),
             lock: format!("{schema}.{}", quote_identifier(&config.lock_table())),
             log: format!("{schema}.{}", quote_identifier(&config.lock_log_table())),
@@ -54,6 +60,8 @@ impl Statements {
                 config.table.clone(),
                 config.lock_table(),
                 config.lock_log_table(),
+                config.history_table(),
+                config.history_view(),
             ],
         }
     }

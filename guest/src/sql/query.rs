@@ -16,6 +16,9 @@ pub struct Query {
     /// What the query does: the deployment adds the settings this role needs there (see
     /// `deployment::Consistency`).
     pub role: Role,
+    /// How many tables each row an INSERT writes lands in (the history and, through its view,
+    /// the state table): `written_rows` counts them all.
+    pub fanout: u64,
 }
 
 /// What a query does, as far as consistency goes.
@@ -67,6 +70,7 @@ impl Query {
             settings: Vec::new(),
             data: None,
             role: Role::Read,
+            fanout: 1,
         }
     }
 
@@ -89,6 +93,19 @@ impl Query {
     pub(super) fn insert(self, token: &str) -> Self {
         self.role(Role::Insert)
             .setting("insert_deduplication_token", token)
+    }
+
+    /// An INSERT whose rows each land in `tables` tables (see [`Query::fanout`]).
+    pub(super) fn fanned_out(mut self, tables: u64) -> Self {
+        self.fanout = tables;
+        if tables > 1 {
+            // A retry of an insert whose first send stored the history's part but failed before
+            // the view's: the history skips the block as a duplicate, and the view must still
+            // get it.
+            self.setting("deduplicate_blocks_in_dependent_materialized_views", "1")
+        } else {
+            self
+        }
     }
 
     /// A DELETE that returns once done on every replica (`sync`), or at once (best effort).

@@ -22,16 +22,22 @@ impl Statements {
     /// `cluster`, they run ON CLUSTER with Replicated engines, so every replica has the tables
     /// and they share their rows.
     pub fn migration(&self) -> Vec<Query> {
-        vec![
-            self.create_schema(),
-            self.create_state_table(),
-            self.create_lock_table(),
-            self.create_lock_log_table(),
+        // The view after its table, and after the state table it writes to.
+        [
+            Some(self.create_schema()),
+            Some(self.create_state_table()),
+            Some(self.create_lock_table()),
+            Some(self.create_lock_log_table()),
+            self.create_history_table(),
+            self.create_history_view(),
         ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// `engine` with its arguments, Replicated on a cluster.
-    fn engine(&self, engine: &str, args: &str) -> String {
+    pub(super) fn engine(&self, engine: &str, args: &str) -> String {
         match (self.replicated, args.is_empty()) {
             (false, true) => engine.to_string(),
             (false, false) => format!("{engine}({args})"),
@@ -119,12 +125,13 @@ impl Statements {
     /// What the deployment check needs, in one row: the engines of this store's tables, whether
     /// the server is configured as a replica (a `replica` macro), and the clusters it knows
     /// with their largest replica count, and whether the server knows the `deduplicate_insert`
-    /// setting. `{"tables": [[name, engine]], "replica_macro", "dedup_setting",
-    /// "clusters": [[name, replicas]]}`.
+    /// setting, and whether the history's view exists. `{"tables": [[name, engine]],
+    /// "history_view", "replica_macro", "dedup_setting", "clusters": [[name, replicas]]}`.
     pub fn deployment(&self) -> Read<rows::Observation> {
         Query::new(
             "SELECT (SELECT groupArray(tuple(name, engine)) FROM system.tables \
-             WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String})) AS tables, \
+             WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String}, {t3:String})) AS tables, \
+             (SELECT count() FROM system.tables WHERE database = {schema:String} AND name = {view:String}) AS history_view, \
              (SELECT count() FROM system.macros WHERE macro = 'replica') > 0 AS replica_macro, \
              (SELECT count() FROM system.settings WHERE name = 'deduplicate_insert') > 0 AS dedup_setting, \
              (SELECT groupArray(tuple(cluster, replicas)) FROM (SELECT cluster, max(replica_num) AS replicas \
@@ -136,6 +143,8 @@ impl Statements {
         .param("t0", self.table_names[0].clone())
         .param("t1", self.table_names[1].clone())
         .param("t2", self.table_names[2].clone())
+        .param("t3", self.table_names[3].clone())
+        .param("view", self.table_names[4].clone())
         .read()
     }
 }

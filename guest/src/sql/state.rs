@@ -1,6 +1,7 @@
 //! The state table's statements, and the rows they write.
 
 use super::guard::{Guard, guard_condition};
+use super::history::{ORIGIN_COLUMNS, ORIGIN_VALUES, Origin, bind_origin};
 use super::{Query, Read, Role, Statements};
 use crate::glob::Filter;
 use crate::rows;
@@ -42,15 +43,26 @@ impl Statements {
         .read()
     }
 
-    /// Writes rows given as JSONEachRow (`state_id`, `partial_state`, `completed_state`,
-    /// `updated_at` as unix seconds with milliseconds). `token` makes the insert unique for
-    /// insert deduplication: a retry of the same write reuses it, a new write never does.
+    /// Where a state write goes: the history (whose view passes it on to the state table) when
+    /// it is on, else the state table; the columns it names; and how many tables a row lands in.
+    fn write_target(&self) -> (&str, &'static str, u64) {
+        match &self.history {
+            Some(history) => (&history.table, ORIGIN_COLUMNS, 2),
+            None => (&self.state, "", 1),
+        }
+    }
+
+    /// Writes rows given as JSONEachRow (encoded by [`Statements::encode_state`] and
+    /// [`Statements::encode_tombstone`]). `token` makes the insert unique for insert
+    /// deduplication: a retry of the same write reuses it, a new write never does.
     pub fn insert_states(&self, rows: Vec<u8>, token: &str) -> Query {
+        let (table, origin, fanout) = self.write_target();
         let mut query = Query::new(format!(
-            "INSERT INTO {} (state_id, partial_state, completed_state, updated_at) FORMAT JSONEachRow",
-            self.state
+            "INSERT INTO {table} (state_id, partial_state, completed_state, updated_at{origin}) \
+             FORMAT JSONEachRow"
         ))
-        .insert(token);
+        .insert(token)
+        .fanned_out(fanout);
         query.data = Some(rows.into());
         query
     }
@@ -59,25 +71,37 @@ impl Statements {
     /// `written_rows` in the summary says whether it did. The state travels as query
     /// parameters, so this is for states up to [`GUARDED_MAX_BYTES`]; `guard_holds` is the
     /// same condition as a read, for larger ones.
-    pub fn write_guarded(&self, state: StateRow<'_>, guard: &Guard, token: &str) -> Query {
+    pub fn write_guarded(
+        &self,
+        state: StateRow<'_>,
+        origin: &Origin<'_>,
+        guard: &Guard,
+        token: &str,
+    ) -> Query {
         let (condition, query) = guard_condition(self, guard);
+        let (table, columns, fanout) = self.write_target();
+        let values = if columns.is_empty() {
+            ""
+        } else {
+            ORIGIN_VALUES
+        };
         // The id's lock log is the statement's own table and the guard its HAVING: one scalar
         // subquery fewer than a WHERE over two (about 2 ms of 20 on the local engine).
         let query = Query {
             sql: format!(
-                "INSERT INTO {} (state_id, partial_state, completed_state, updated_at) \
+                "INSERT INTO {table} (state_id, partial_state, completed_state, updated_at{columns}) \
                  SELECT {{id:String}}, {{partial:String}}, {{completed:String}}, \
-                 fromUnixTimestamp64Milli(toInt64({{version:UInt64}})) \
+                 fromUnixTimestamp64Milli(toInt64({{version:UInt64}})){values} \
                  FROM {} AS l WHERE state_id = {{id:String}} HAVING {condition}",
-                self.state, self.log
+                self.log
             ),
             ..query
         };
-        state
-            .bind(query)
+        self.bind_origin(state.bind(query), origin)
             .param("version", state.version_ms.to_string())
             .insert(token)
             .role(Role::GuardedInsert)
+            .fanned_out(fanout)
             .one_row_of_nothing()
     }
 
@@ -100,24 +124,81 @@ impl Statements {
     /// `crate::set`, whose `lands` is the same rule in Rust). Sent again, it lands at most once:
     /// its first landing put its version in the table, and merges keep an id's highest
     /// version. For states up to [`GUARDED_MAX_BYTES`].
-    pub fn set_unless_newer(&self, state: StateRow<'_>, token: &str) -> Query {
+    pub fn set_unless_newer(&self, state: StateRow<'_>, origin: &Origin<'_>, token: &str) -> Query {
+        let (table, columns, fanout) = self.write_target();
+        let values = if columns.is_empty() {
+            ""
+        } else {
+            ORIGIN_VALUES
+        };
         // An aggregate over the id's rows: with no rows it still gives one (`max` of nothing is
         // the epoch), which `one_row_of_nothing` makes sure of.
         let query = Query::new(format!(
-            "INSERT INTO {state} (state_id, partial_state, completed_state, updated_at) \
+            "INSERT INTO {table} (state_id, partial_state, completed_state, updated_at{columns}) \
              SELECT {{id:String}}, {{partial:String}}, {{completed:String}}, \
-             fromUnixTimestamp64Milli(toInt64({{version:UInt64}})) \
+             fromUnixTimestamp64Milli(toInt64({{version:UInt64}})){values} \
              FROM {state} WHERE state_id = {{id:String}} \
              HAVING max(updated_at) < fromUnixTimestamp64Milli(toInt64({{version:UInt64}}))",
             state = self.state
         ))
         .param("id", state.state_id);
-        state
-            .bind(query)
+        self.bind_origin(state.bind(query), origin)
             .param("version", state.version_ms.to_string())
             .insert(token)
             .role(Role::GuardedInsert)
+            .fanned_out(fanout)
             .one_row_of_nothing()
+    }
+
+    /// Binds who wrote, when the history is on.
+    fn bind_origin(&self, query: Query, origin: &Origin<'_>) -> Query {
+        match self.history {
+            Some(_) => bind_origin(query, origin),
+            None => query,
+        }
+    }
+
+    /// Appends a state row as a line of JSONEachRow for `insert_states`, with who wrote it when
+    /// the history is on.
+    pub fn encode_state(
+        &self,
+        row: StateRow<'_>,
+        origin: &Origin<'_>,
+        data: &mut Vec<u8>,
+    ) -> crate::error::Result<()> {
+        encode_row(
+            JsonRow {
+                state_id: row.state_id,
+                partial_state: Some(row.partial),
+                completed_state: Some(row.completed),
+                updated_at: json_time(row.version_ms),
+                origin: self.history.as_ref().map(|_| JsonOrigin::of(origin)),
+            },
+            data,
+        )
+    }
+
+    /// Appends the tombstone of `state_id` at `version_ms` as a line of JSONEachRow for
+    /// `insert_states`. A deleted id keeps its highest version as a row without parts, so that
+    /// no write below it (a `set` sent again, see `crate::set`) lands over the delete, and
+    /// every write after it goes above. Reads skip it ([`LIVE`]); a merge keeps only it.
+    pub fn encode_tombstone(
+        &self,
+        state_id: &str,
+        version_ms: u64,
+        origin: &Origin<'_>,
+        data: &mut Vec<u8>,
+    ) -> crate::error::Result<()> {
+        encode_row(
+            JsonRow {
+                state_id,
+                partial_state: None,
+                completed_state: None,
+                updated_at: json_time(version_ms),
+                origin: self.history.as_ref().map(|_| JsonOrigin::of(origin)),
+            },
+            data,
+        )
     }
 
     /// Matching live ids, sorted, as RowBinary.
@@ -189,22 +270,31 @@ struct JsonRow<'a> {
     completed_state: Option<&'a str>,
     /// See [`json_time`].
     updated_at: String,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    origin: Option<JsonOrigin<'a>>,
+}
+
+/// The history's columns of a row (see `history::Origin`).
+#[derive(serde::Serialize)]
+struct JsonOrigin<'a> {
+    op: &'static str,
+    writer: &'a str,
+    lock_owner: &'a str,
+    token: u64,
+}
+
+impl<'a> JsonOrigin<'a> {
+    fn of(origin: &Origin<'a>) -> Self {
+        JsonOrigin {
+            op: origin.op.name(),
+            writer: origin.writer,
+            lock_owner: origin.lock_owner,
+            token: origin.token,
+        }
+    }
 }
 
 impl StateRow<'_> {
-    /// Appends this row as a line of JSONEachRow (see `insert_states`).
-    pub fn encode(&self, data: &mut Vec<u8>) -> crate::error::Result<()> {
-        encode_row(
-            JsonRow {
-                state_id: self.state_id,
-                partial_state: Some(self.partial),
-                completed_state: Some(self.completed),
-                updated_at: json_time(self.version_ms),
-            },
-            data,
-        )
-    }
-
     /// Whether it is small enough for query parameters (see [`GUARDED_MAX_BYTES`]).
     pub fn fits_in_params(&self) -> bool {
         self.state_id.len() + self.partial.len() + self.completed.len() <= GUARDED_MAX_BYTES
@@ -216,26 +306,6 @@ impl StateRow<'_> {
             .param("partial", self.partial)
             .param("completed", self.completed)
     }
-}
-
-/// Appends the tombstone of `state_id` at `version_ms` as a line of JSONEachRow for
-/// `insert_states`. A deleted id keeps its highest version as a row without parts, so that no
-/// write below it (a `set` sent again, see `crate::set`) lands over the delete, and every
-/// write after it goes above. Reads skip it ([`LIVE`]); a merge keeps only it.
-pub fn encode_tombstone(
-    state_id: &str,
-    version_ms: u64,
-    data: &mut Vec<u8>,
-) -> crate::error::Result<()> {
-    encode_row(
-        JsonRow {
-            state_id,
-            partial_state: None,
-            completed_state: None,
-            updated_at: json_time(version_ms),
-        },
-        data,
-    )
 }
 
 /// Unix seconds with milliseconds, e.g. "1732895527.123": unambiguous in any server timezone.

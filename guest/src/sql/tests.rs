@@ -4,6 +4,15 @@ use super::guard::guard_condition;
 use super::*;
 use crate::glob::Filter;
 
+fn origin() -> Origin<'static> {
+    Origin {
+        op: Op::Update,
+        writer: "w",
+        lock_owner: "o",
+        token: 2,
+    }
+}
+
 fn statements() -> Statements {
     let config = Config::parse(
         "clickhouse://u@h/db",
@@ -33,6 +42,7 @@ fn each_statement_is_sent_in_its_consistency_role() {
         previous_until: 1,
         expected_version: 0,
     };
+    let origin = origin();
     let deciding = [
         ("get", s.get("a").query),
         ("version_of", s.version_of("a")),
@@ -43,20 +53,25 @@ fn each_statement_is_sent_in_its_consistency_role() {
         ("log_claims", s.log_claims("a", 2, false).query),
         ("log_claims with state", s.log_claims("a", 2, true).query),
         ("lock_candidates", s.lock_candidates("a", 0).query),
+        ("history", s.history("a", 1).expect("on").query),
+        (
+            "history_at",
+            s.history_at("a", Point::Version(1)).expect("on").query,
+        ),
     ];
     for (name, query) in deciding {
         assert_eq!(query.role, Role::Deciding, "{name}");
     }
     let guarded = [
-        ("write_guarded", s.write_guarded(row, &guard, "t")),
-        ("set_unless_newer", s.set_unless_newer(row, "t")),
+        ("write_guarded", s.write_guarded(row, &origin, &guard, "t")),
+        ("set_unless_newer", s.set_unless_newer(row, &origin, "t")),
     ];
     for (name, query) in guarded {
         assert_eq!(query.role, Role::GuardedInsert, "{name}");
     }
     // The guard is the condition of the write and of its read-only twin, over the log.
     let (condition, _) = guard_condition(&s, &guard);
-    let write = s.write_guarded(row, &guard, "t").sql;
+    let write = s.write_guarded(row, &origin, &guard, "t").sql;
     assert!(write.starts_with("INSERT INTO"), "{write}");
     assert!(write.ends_with(&format!("HAVING {condition}")), "{write}");
     let holds = s.guard_holds(&guard).sql;
@@ -95,7 +110,7 @@ fn the_schema_per_deployment_kind() {
         .into_iter()
         .map(|q| q.sql)
         .collect();
-    assert_eq!(single.len(), 4);
+    assert_eq!(single.len(), 6);
     assert!(
         single
             .iter()
@@ -142,6 +157,114 @@ fn the_schema_per_deployment_kind() {
         "ENGINE = ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') ORDER BY"
     ));
     assert!(!cluster[3].contains("non_replicated_deduplication_window"));
+    assert!(cluster[4].contains(
+        "ENGINE = ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') PARTITION BY"
+    ));
+    assert!(cluster[5].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS"));
+}
+
+/// With the history on, every state write goes to the history, names who wrote it, and counts
+/// each row twice (the history's and the view's); with it off, the writes are the original
+/// backend's, to the state table, and nothing of the history is created.
+#[test]
+fn state_writes_go_through_the_history_when_it_is_on() {
+    let on = statements();
+    let row = StateRow {
+        state_id: "a",
+        partial: "{}",
+        completed: "{}",
+        version_ms: 1,
+    };
+    let writes = [
+        on.insert_states(b"{}".to_vec(), "t"),
+        on.set_unless_newer(row, &origin(), "t"),
+    ];
+    for q in &writes {
+        assert!(
+            q.sql
+                .starts_with("INSERT INTO `meltano`.`my_state_history` ("),
+            "{}",
+            q.sql
+        );
+        assert!(
+            q.sql.contains(", op, writer, lock_owner, token)"),
+            "{}",
+            q.sql
+        );
+        assert_eq!(q.fanout, 2);
+        assert!(q.settings.contains(&(
+            "deduplicate_blocks_in_dependent_materialized_views",
+            "1".into()
+        )));
+    }
+    let guarded = on.set_unless_newer(row, &origin(), "t");
+    for (name, value) in [
+        ("op", "update"),
+        ("writer", "w"),
+        ("lock_owner", "o"),
+        ("token", "2"),
+    ] {
+        assert!(guarded.params.contains(&(name, value.into())), "{name}");
+    }
+    let schema: Vec<String> = on.migration().into_iter().map(|q| q.sql).collect();
+    assert!(schema[4].contains(
+        "op Enum8('set' = 1, 'update' = 2, 'delete' = 3, 'clear' = 4, 'set-all' = 5, \
+         'clear-all' = 6, 'restore' = 7, 'clear-stream' = 8)"
+    ));
+    assert!(schema[4].contains("TTL toDateTime(updated_at) + INTERVAL 90 DAY"));
+    assert_eq!(
+        schema[5],
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS `meltano`.`my_state_history_to_state` TO \
+         `meltano`.`my_state` AS SELECT state_id, partial_state, completed_state, updated_at \
+         FROM `meltano`.`my_state_history`"
+    );
+
+    let config = Config::parse(
+        "clickhouse://u@h/db",
+        &[
+            ("table".into(), "my_state".into()),
+            ("history".into(), "false".into()),
+        ],
+    )
+    .expect("valid");
+    let off = Statements::new(&config);
+    for q in [
+        off.insert_states(b"{}".to_vec(), "t"),
+        off.set_unless_newer(row, &origin(), "t"),
+    ] {
+        assert!(q.sql.starts_with("INSERT INTO `meltano`.`my_state` (state_id, partial_state, completed_state, updated_at) "), "{}", q.sql);
+        assert_eq!(q.fanout, 1);
+        assert!(!q.params.iter().any(|(name, _)| *name == "op"));
+    }
+    assert_eq!(off.migration().len(), 4);
+    assert!(off.history("a", 1).is_none());
+    let mut data = Vec::new();
+    off.encode_state(row, &origin(), &mut data)
+        .expect("encoded");
+    assert!(!String::from_utf8_lossy(&data).contains("\"op\""));
+    data.clear();
+    on.encode_state(row, &origin(), &mut data).expect("encoded");
+    assert_eq!(
+        String::from_utf8_lossy(&data),
+        "{\"state_id\":\"a\",\"partial_state\":\"{}\",\"completed_state\":\"{}\",\
+         \"updated_at\":\"0.001\",\"op\":\"update\",\"writer\":\"w\",\"lock_owner\":\"o\",\
+         \"token\":2}\n"
+    );
+}
+
+/// Keeping the history for ever leaves the table without a TTL.
+#[test]
+fn history_days_zero_keeps_every_version() {
+    let config = Config::parse(
+        "clickhouse://u@h/db",
+        &[("history_days".into(), "0".into())],
+    )
+    .expect("valid");
+    let table = Statements::new(&config)
+        .create_history_table()
+        .expect("on")
+        .sql;
+    assert!(!table.contains("TTL"), "{table}");
 }
 
 #[test]

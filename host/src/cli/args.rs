@@ -105,6 +105,41 @@ pub enum Command {
         /// Print the stored parts instead: {"completed": ..., "partial": ...}
         #[arg(long)]
         raw: bool,
+        /// Print the state as it was: at a version (a number `history` lists) or a time
+        /// (2026-12-02T10:00:00Z; the newest version at or before it)
+        #[arg(long, value_name = "VERSION|TIME")]
+        at: Option<String>,
+    },
+    /// List the versions of an id's state, newest first: time, operation, writer, lock and
+    /// state (writes made with history=false, or by the original Python backend, are not in it)
+    History {
+        state_id: String,
+        /// At most this many versions (1-10000)
+        #[arg(long, default_value_t = crate::versions::DEFAULT_LIMIT)]
+        limit: u32,
+    },
+    /// Show the bookmarks that differ between two versions (or times) of an id's state
+    Diff {
+        state_id: String,
+        #[arg(value_name = "FROM")]
+        from: String,
+        #[arg(value_name = "TO")]
+        to: String,
+    },
+    /// Write an earlier version of an id's state as its newest, under its lock; prints what it
+    /// replaced
+    Restore {
+        state_id: String,
+        /// The version (a number `history` lists) or time (the newest version at or before it)
+        #[arg(long, value_name = "VERSION|TIME")]
+        to: String,
+    },
+    /// Remove streams' bookmarks (and `currently_syncing` when it names one) from an id's
+    /// state, under its lock, so that the next run syncs those streams from the start
+    ClearStream {
+        state_id: String,
+        #[arg(required = true, value_name = "STREAM")]
+        streams: Vec<String>,
     },
     /// Replace the state of an id with a complete state ({"singer_state": ...})
     Set {
@@ -213,8 +248,9 @@ fn long_about() -> String {
         "Meltano state in ClickHouse, through the sandboxed WebAssembly component.\n\n\
          The commands mirror `meltano state`. Output is JSON on stdout; an error is one line on \
          stderr and a non-zero exit code ({}; `state-backend errors` lists them).\n\n\
-         Settings, highest precedence first: --setting flags, the environment variables {}, \
-         then the URI.",
+         Settings, highest precedence first: --setting flags, Meltano's variables \
+         (MELTANO_STATE_BACKEND_CLICKHOUSE_<NAME>, for every setting), the variables {}, then \
+         the URI.",
         exit_codes(),
         variables.join(", ")
     )

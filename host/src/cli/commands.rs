@@ -69,6 +69,28 @@ fn errors_json() -> Value {
     )
 }
 
+/// A host option from Meltano's variable for it (`MELTANO_STATE_BACKEND_CLICKHOUSE_<NAME>`), so
+/// that the CLI run beside Meltano sees what Meltano's bridge does; the flag and its own
+/// variable come first.
+fn meltano_option(name: &str) -> Option<String> {
+    std::env::var(settings::meltano_variable(name)).ok()
+}
+
+fn meltano_path(name: &str) -> Option<PathBuf> {
+    meltano_option(name)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+fn meltano_switch(name: &str) -> bool {
+    meltano_option(name).is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "true" | "1" | "yes" | "on"
+        )
+    })
+}
+
 pub async fn run(cli: Cli) -> Result<Value, Failure> {
     let component = cli
         .component
@@ -94,13 +116,19 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
     let options = RuntimeOptions {
         proxies: Arc::new(proxies),
         tls: TlsOptions {
-            ca_bundle: cli.ca_bundle.clone(),
-            client_cert: cli.client_cert.clone(),
-            client_key: cli.client_key.clone(),
+            ca_bundle: cli.ca_bundle.clone().or_else(|| meltano_path("ca_bundle")),
+            client_cert: cli
+                .client_cert
+                .clone()
+                .or_else(|| meltano_path("client_cert")),
+            client_key: cli
+                .client_key
+                .clone()
+                .or_else(|| meltano_path("client_key")),
         },
         addresses: AddressAllowance {
-            loopback: cli.allow_loopback,
-            private: !cli.refuse_private,
+            loopback: cli.allow_loopback || meltano_switch("allow_loopback"),
+            private: !(cli.refuse_private || meltano_switch("refuse_private")),
             ..AddressAllowance::single_user()
         },
         // One user's own work, with no neighbours to protect: the call deadline bounds it, and
@@ -221,7 +249,28 @@ async fn start_serving(
 async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failure> {
     match command {
         Command::List { pattern } => Ok(json!(backend.state_ids(pattern.as_deref()).await?)),
-        Command::Get { state_id, raw } => {
+        Command::Get {
+            state_id,
+            raw,
+            at: Some(at),
+        } => crate::versions::get_at(backend, &state_id, &at, raw).await,
+        Command::History { state_id, limit } => {
+            crate::versions::list(backend, &state_id, limit).await
+        }
+        Command::Diff { state_id, from, to } => {
+            crate::versions::diff(backend, &state_id, &from, &to).await
+        }
+        Command::Restore { state_id, to } => {
+            crate::versions::restore(backend, &state_id, &to).await
+        }
+        Command::ClearStream { state_id, streams } => {
+            crate::versions::clear_streams(backend, &state_id, &streams).await
+        }
+        Command::Get {
+            state_id,
+            raw,
+            at: None,
+        } => {
             let state = backend.get(&state_id).await?;
             Ok(match (state, raw) {
                 (None, _) => json!({}),

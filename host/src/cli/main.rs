@@ -16,6 +16,7 @@ mod output;
 mod request;
 mod serve;
 mod state_json;
+mod versions;
 
 fn main() -> ExitCode {
     let matches = args::Cli::command().get_matches();

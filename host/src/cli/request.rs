@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use state_host::{Backend, Error, Lock, LockInfo, State};
+use state_host::{Backend, Error, HistoryEntry, Lock, LockInfo, Point, State};
 use strum::VariantNames;
 
 /// A request: `{"id": …, "method": "<name>", "params": {…}}`, the method a variant's name in
@@ -64,7 +64,40 @@ pub enum Request {
     ForceUnlock {
         state_id: String,
     },
+    History {
+        state_id: String,
+        limit: u32,
+    },
+    GetAt {
+        state_id: String,
+        at: PointParams,
+    },
+    RestoreLocked {
+        to: PointParams,
+        lock: u64,
+    },
+    ClearStreamsLocked {
+        streams: Vec<String>,
+        lock: u64,
+    },
     Migrate {},
+}
+
+/// A point in a state's history: `{"version": ms}` or `{"time": ms}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PointParams {
+    Version(u64),
+    Time(u64),
+}
+
+impl From<PointParams> for Point {
+    fn from(p: PointParams) -> Point {
+        match p {
+            PointParams::Version(v) => Point::Version(v),
+            PointParams::Time(t) => Point::Time(t),
+        }
+    }
 }
 
 /// A state in a request; an absent part is `{}`.
@@ -113,6 +146,17 @@ pub fn info_json(info: &LockInfo) -> Value {
 
 fn state_json(state: &State) -> Value {
     json!({"state_id": state.state_id, "partial": state.partial, "completed": state.completed})
+}
+
+fn entry_json(entry: &HistoryEntry) -> Value {
+    json!({
+        "version": entry.version,
+        "op": entry.op,
+        "writer": entry.writer,
+        "lock_owner": entry.lock_owner,
+        "token": entry.token,
+        "state": entry.state.as_ref().map(state_json),
+    })
 }
 
 /// What one `serve` session holds between requests: the locks taken by `acquire_lock`, by
@@ -214,6 +258,31 @@ impl Request {
                 None => Value::Null,
             },
             Request::ForceUnlock { state_id } => json!(backend.force_unlock(&state_id).await?),
+            Request::History { state_id, limit } => Value::Array(
+                backend
+                    .history(&state_id, limit)
+                    .await?
+                    .iter()
+                    .map(entry_json)
+                    .collect(),
+            ),
+            Request::GetAt { state_id, at } => {
+                entry_json(&backend.get_at(&state_id, at.into()).await?)
+            }
+            Request::RestoreLocked { to, lock } => {
+                let restored = backend
+                    .restore_locked(to.into(), session.held(lock)?)
+                    .await?;
+                json!({
+                    "replaced": restored.replaced.as_ref().map(state_json),
+                    "restored": entry_json(&restored.restored),
+                })
+            }
+            Request::ClearStreamsLocked { streams, lock } => state_json(
+                &backend
+                    .clear_streams_locked(&streams, session.held(lock)?)
+                    .await?,
+            ),
             Request::Migrate {} => {
                 backend.migrate().await?;
                 Value::Null
@@ -236,6 +305,11 @@ mod tests {
             ("state_ids", Some(json!({"pattern": "a*"}))),
             ("set_locked", Some(json!({"state_id": "a", "lock": 1}))),
             ("clear_all", Some(json!({}))),
+            ("get_at", Some(json!({"state_id": "a", "at": {"time": 5}}))),
+            (
+                "restore_locked",
+                Some(json!({"to": {"version": 5}, "lock": 1})),
+            ),
         ];
         for (method, params) in ok {
             assert!(
@@ -246,6 +320,7 @@ mod tests {
         for (method, params) in [
             ("get", Some(json!({}))),
             ("release", Some(json!({"lock": "one"}))),
+            ("get_at", Some(json!({"state_id": "a", "at": {"when": 5}}))),
             ("no_such_method", None),
         ] {
             assert!(

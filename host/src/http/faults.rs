@@ -70,10 +70,11 @@ pub enum Fault {
     /// The answer comes this much later than the server sent it, over the connection it came
     /// on (a slow server, not a broken one). Never drawn by a [`FaultSchedule`].
     Late(std::time::Duration),
-    /// The request never leaves, and a 200 says one row was written: a server that loses an
-    /// insert it acknowledged, for tests that must be able to see a loss. Never drawn by a
-    /// [`FaultSchedule`].
-    Swallowed,
+    /// The request never leaves, and a 200 says `written_rows` were written (what the insert
+    /// reports when it lands: a row through the history's view counts twice): a server that
+    /// loses an insert it acknowledged, for tests that must be able to see a loss. Never drawn
+    /// by a [`FaultSchedule`].
+    Swallowed { written_rows: u64 },
 }
 
 const SERVER_FAULTS: [(i32, &str, u16); 5] = [
@@ -165,13 +166,15 @@ async fn apply(
             complete(sender.send(request, options, addresses).await?).await?;
             Err(HttpError::ConnectionReadTimeout)
         }
-        Fault::Swallowed => {
+        Fault::Swallowed { written_rows } => {
             drop((sender, request, options, addresses));
             let response = http::Response::builder()
                 .status(http::StatusCode::OK)
                 .header(
                     "x-clickhouse-summary",
-                    r#"{"read_rows":"1","written_rows":"1","written_bytes":"100"}"#,
+                    format!(
+                        r#"{{"read_rows":"1","written_rows":"{written_rows}","written_bytes":"100"}}"#
+                    ),
                 )
                 .body(full(Bytes::new()))
                 .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;

@@ -129,6 +129,20 @@ SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
         "A self-managed replicated cluster: the schema is created `ON CLUSTER` it, with Replicated engines",
     ),
     (
+        "history",
+        "component",
+        "state_backend.clickhouse.history",
+        "boolean",
+        "Keep every write of a state in `<table>_history`, for `history`, `get --at`, `diff` and `restore` (default true)",
+    ),
+    (
+        "history_days",
+        "component",
+        "state_backend.clickhouse.history_days",
+        "text",
+        "The history drops writes older than this (a TTL; 0 keeps them for ever) (default 90)",
+    ),
+    (
         "ca_bundle",
         "host",
         "state_backend.clickhouse.ca_bundle",

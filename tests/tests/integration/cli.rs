@@ -717,7 +717,12 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
     };
     let single = print(&[]);
     assert!(single.starts_with("-- The schema for one server or ClickHouse Cloud"));
-    assert_eq!(single.matches(";\n").count(), 4, "{single}");
+    // The database, the state table, the two lock tables, the history and its view.
+    assert_eq!(single.matches(";\n").count(), 6, "{single}");
+    assert!(
+        single
+            .contains("CREATE MATERIALIZED VIEW IF NOT EXISTS `meltano`.`state_history_to_state`")
+    );
     assert!(single.contains("ENGINE = ReplacingMergeTree(updated_at) ORDER BY state_id;"));
     assert!(!single.contains("ON CLUSTER"));
     let cluster = print(&["-s", "cluster=prod", "-s", "table=t"]);
@@ -726,9 +731,13 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
     assert!(cluster.contains("`meltano`.`t_lock_log` ON CLUSTER `prod`"));
     assert_eq!(
         cluster.matches("ENGINE = Replicated").count(),
-        3,
+        4,
         "{cluster}"
     );
+    // Without the history, the original backend's schema and the lock log.
+    let without = print(&["-s", "history=false"]);
+    assert_eq!(without.matches(";\n").count(), 4, "{without}");
+    assert!(!without.contains("history"), "{without}");
     // The DDL is the loaded component's: the hostile guest gives none, which is an error.
     let evil =
         integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");

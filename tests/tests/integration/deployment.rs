@@ -8,6 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::common::ORIGIN;
 use clickhouse_state::config::Config;
 use clickhouse_state::deployment::{Consistency, Kind};
 use clickhouse_state::glob::Filter;
@@ -98,6 +99,13 @@ async fn the_cluster_setting_sends_on_cluster_ddl_with_replicated_engines() {
     .unwrap();
     for statement in clickhouse_state::sql::Statements::new(&config).migration() {
         match ch.query(&statement.sql) {
+            // A view's SELECT is analysed before its DDL is queued, so here, where its tables
+            // could not be created, it stops at them.
+            Err((_, body)) if statement.sql.starts_with("CREATE MATERIALIZED VIEW") => assert!(
+                body.contains("(UNKNOWN_DATABASE)") && body.contains("meltano_c"),
+                "{}: {body}",
+                statement.sql
+            ),
             Err((_, body)) => assert!(
                 body.contains("(QUERY_IS_PROHIBITED)") && body.contains("Replicated DDL"),
                 "{}: {body}",
@@ -295,9 +303,9 @@ fn every_kind_sends_settings_the_engine_accepts() {
                 sql.live_versions().query,
                 sql.state_ids(&Filter::Exact("s".into())).query,
                 sql.log_outlook("s").query,
-                sql.write_guarded(state_row(n), &guard(), &token),
+                sql.write_guarded(state_row(n), &ORIGIN, &guard(), &token),
                 sql.guard_holds(&guard()),
-                sql.set_unless_newer(state_row(n), &format!("{token}s")),
+                sql.set_unless_newer(state_row(n), &ORIGIN, &format!("{token}s")),
             ];
             let roles: Vec<Role> = queries.iter().map(|q| q.role).collect();
             for role in [
@@ -408,14 +416,13 @@ fn the_guard_in_sql_decides_as_the_guard_in_rust() {
     };
     let state = |id: &str, version_ms: u64| {
         let mut data = Vec::new();
-        StateRow {
+        let row = StateRow {
             state_id: id,
             partial: "{}",
             completed: "{}",
             version_ms,
-        }
-        .encode(&mut data)
-        .unwrap();
+        };
+        sql.encode_state(row, &ORIGIN, &mut data).unwrap();
         client
             .execute(&sql.insert_states(data, &format!("{id}/{version_ms}")))
             .expect("state row");
@@ -514,14 +521,17 @@ fn the_guard_in_sql_decides_as_the_guard_in_rust() {
             completed: "{}",
             version_ms: guard.expected_version,
         };
+        let write = sql.write_guarded(row, &ORIGIN, &guard, &format!("write/{name}"));
         let written = client
-            .answer(
-                &sql.write_guarded(row, &guard, &format!("write/{name}")),
-                &[],
-            )
+            .answer(&write, &[])
             .expect("guarded insert")
             .written_rows;
-        assert_eq!(written, Some(u64::from(expected)), "{name}: the insert");
+        // Each row lands in the history and, through its view, in the state table.
+        assert_eq!(
+            written,
+            Some(u64::from(expected) * write.fanout),
+            "{name}: the insert"
+        );
     }
 }
 
@@ -549,11 +559,13 @@ fn statements_over_no_rows_do_not_depend_on_the_profile() {
             completed: "{\"n\":1}",
             version_ms: 1_700_000_000_000,
         };
-        let written = client
-            .answer(&sql.set_unless_newer(row, &format!("set/{id}")), &profile)
-            .expect("set")
-            .written_rows;
-        assert_eq!(written, Some(1), "{profile:?}: a set of a new id writes");
+        let set = sql.set_unless_newer(row, &ORIGIN, &format!("set/{id}"));
+        let written = client.answer(&set, &profile).expect("set").written_rows;
+        assert_eq!(
+            written,
+            Some(set.fanout),
+            "{profile:?}: a set of a new id writes"
+        );
         let stored = rows::number(&client.execute(&sql.version_of(&id)).unwrap()).unwrap();
         assert_eq!(
             stored, 1_700_000_000_000,

@@ -213,8 +213,11 @@ struct SwallowSome {
 impl FaultPlan for SwallowSome {
     fn fault(&self, _: &http::Method, uri: &http::Uri) -> Option<Fault> {
         let state_write = insert_target(uri).is_some_and(|t| !t.contains("_lock"));
-        (state_write && self.writes.fetch_add(1, Ordering::SeqCst) % 20 == 19)
-            .then_some(Fault::Swallowed)
+        (state_write && self.writes.fetch_add(1, Ordering::SeqCst) % 20 == 19).then_some(
+            Fault::Swallowed {
+                written_rows: integration_tests::rows_a_landing_reports(uri),
+            },
+        )
     }
 }
 

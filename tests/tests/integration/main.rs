@@ -18,6 +18,7 @@ mod docs_figures;
 mod escaping;
 mod evil;
 mod faults;
+mod history;
 mod layout;
 mod linger;
 mod lock;

@@ -5,6 +5,7 @@
 //! model's verdicts hold for the code that runs only if the two say the same of every log, so
 //! random logs are written to the local ClickHouse and read back both ways.
 
+use crate::common::ORIGIN;
 use clickhouse_state::error::Result;
 use clickhouse_state::lock::fenced::{self, Claim, Event, LogEntry, NewestGeneration};
 use clickhouse_state::session::{Level, Platform, Session};
@@ -136,12 +137,12 @@ fn a_set_sent_again_does_not_land_over_a_write_made_in_between() -> Result<()> {
     };
     let first = session
         .sql
-        .set_unless_newer(row(r#"{"a":1}"#, 1_000), "first");
+        .set_unless_newer(row(r#"{"a":1}"#, 1_000), &ORIGIN, "first");
     session.run(&first)?;
     session.run(
         &session
             .sql
-            .set_unless_newer(row(r#"{"b":2}"#, 2_000), "second"),
+            .set_unless_newer(row(r#"{"b":2}"#, 2_000), &ORIGIN, "second"),
     )?;
     // A background merge in between keeps only the newest row: the first landing leaves no
     // row behind, only the newer version above it.
@@ -160,7 +161,7 @@ fn a_set_sent_again_does_not_land_over_a_write_made_in_between() -> Result<()> {
     session.run(
         &session
             .sql
-            .set_unless_newer(row(r#"{"a":1}"#, 3_000), "third"),
+            .set_unless_newer(row(r#"{"a":1}"#, 3_000), &ORIGIN, "third"),
     )?;
     let stored = session
         .fetch_first(&session.sql.get("id"))?
@@ -188,14 +189,16 @@ fn the_set_condition_in_sql_decides_as_the_rule_in_rust() -> Result<()> {
             version_ms,
         };
         if let Some(version) = stored {
-            let first = session
-                .sql
-                .set_unless_newer(row("{}", version), &format!("{id}/a"));
+            let first =
+                session
+                    .sql
+                    .set_unless_newer(row("{}", version), &ORIGIN, &format!("{id}/a"));
             assert_eq!(session.run_written(&first)?, Some(1), "{stored:?}");
         }
-        let set = session
-            .sql
-            .set_unless_newer(row(r#"{"s":1}"#, 5_000), &format!("{id}/b"));
+        let set =
+            session
+                .sql
+                .set_unless_newer(row(r#"{"s":1}"#, 5_000), &ORIGIN, &format!("{id}/b"));
         let written = session.run_written(&set)?;
         assert_eq!(
             written,
@@ -225,7 +228,7 @@ fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
         completed: r#"{"set":1}"#,
         version_ms: ahead,
     };
-    let sends = ["updated", "deleted"].map(|id| session.sql.set_unless_newer(row(id), id));
+    let sends = ["updated", "deleted"].map(|id| session.sql.set_unless_newer(row(id), &ORIGIN, id));
     for send in &sends {
         assert_eq!(session.run_written(send)?, Some(1), "the first landing");
     }

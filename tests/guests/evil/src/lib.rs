@@ -75,6 +75,26 @@ impl GuestStore for EvilStore {
     fn lock_info(&self, _: String) -> Result<Option<wit::LockInfo>, wit::Error> {
         Ok(None)
     }
+    fn history(&self, _: String, _: u32) -> Result<Vec<wit::HistoryEntry>, wit::Error> {
+        Ok(Vec::new())
+    }
+    fn get_at(&self, _: String, _: wit::Point) -> Result<wit::HistoryEntry, wit::Error> {
+        Err(wit::Error::InvalidInput(String::new()))
+    }
+    fn restore_locked(
+        &self,
+        _: wit::Point,
+        _: api::LockBorrow<'_>,
+    ) -> Result<wit::Restored, wit::Error> {
+        Err(wit::Error::InvalidInput(String::new()))
+    }
+    fn clear_streams_locked(
+        &self,
+        _: Vec<String>,
+        _: api::LockBorrow<'_>,
+    ) -> Result<wit::State, wit::Error> {
+        Err(wit::Error::InvalidInput(String::new()))
+    }
     fn force_unlock(&self, _: String) -> Result<bool, wit::Error> {
         Ok(false)
     }

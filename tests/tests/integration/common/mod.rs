@@ -42,3 +42,11 @@ impl Transport for Ureq {
         })
     }
 }
+
+/// Who the statement-level tests write as, in the history (they build statements themselves).
+pub const ORIGIN: clickhouse_state::sql::Origin<'static> = clickhouse_state::sql::Origin {
+    op: clickhouse_state::sql::Op::Set,
+    writer: "integration-tests",
+    lock_owner: "",
+    token: 0,
+};
