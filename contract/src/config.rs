@@ -113,10 +113,18 @@ pub struct Config {
     pub history: bool,
     /// History rows older than this are dropped by the table's TTL (0: kept for ever).
     pub history_days: u32,
+    /// The history keeps at most this many versions of each id (0: no limit), by slots that
+    /// merges replace (see the guest's `sql::history`).
+    pub history_versions: u32,
 }
 
 /// How long the history keeps a write by default.
 pub const DEFAULT_HISTORY_DAYS: u32 = 90;
+/// The longest a history's TTL can be: a `DateTime` (the TTL's type) wraps after 2106, and a
+/// TTL past it would come out in the past and drop every row.
+pub const MAX_HISTORY_DAYS: u32 = 3650;
+/// The most versions per id a history can be set to keep.
+pub const MAX_HISTORY_VERSIONS: u32 = 1_000_000;
 
 /// What a configuration error is about: the URI, or one setting (which may also have come
 /// from the URI, as the user or the database can). Callers that know their own name for a
@@ -230,6 +238,7 @@ struct UriParts {
     cluster: Option<String>,
     history: Option<bool>,
     history_days: Option<u32>,
+    history_versions: Option<u32>,
 }
 
 impl UriParts {
@@ -331,11 +340,26 @@ impl UriParts {
                         .trim()
                         .parse::<u32>()
                         .ok()
-                        .filter(|d| *d <= 36_500)
+                        .filter(|d| *d <= MAX_HISTORY_DAYS)
                         .ok_or_else(|| {
                             Error::InvalidConfig(format!(
                                 "'history_days' must be a number of days from 0 (keep for ever) \
-                                 to 36500, not '{value}'"
+                                 to {MAX_HISTORY_DAYS}, not '{value}'"
+                            ))
+                        })?,
+                );
+            }
+            "history_versions" => {
+                self.history_versions = Some(
+                    value
+                        .trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| *n <= MAX_HISTORY_VERSIONS)
+                        .ok_or_else(|| {
+                            Error::InvalidConfig(format!(
+                                "'history_versions' must be a number of versions per id from 0 \
+                                 (no limit) to {MAX_HISTORY_VERSIONS}, not '{value}'"
                             ))
                         })?,
                 );
@@ -428,6 +452,7 @@ impl UriParts {
             cluster,
             history: self.history.unwrap_or(true),
             history_days: self.history_days.unwrap_or(DEFAULT_HISTORY_DAYS),
+            history_versions: self.history_versions.unwrap_or(0),
         })
     }
 }

@@ -244,6 +244,14 @@ pub const SETTINGS: &[Setting] = &[
         "the history drops writes older than this (a TTL; 0 keeps them for ever)",
         "7",
     ),
+    setting(
+        "history_versions",
+        None,
+        Some("0"),
+        "0",
+        "the history keeps at most this many versions of each id, newest first (0: no limit)",
+        "1000",
+    ),
 ];
 
 /// The names, in table order.

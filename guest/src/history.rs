@@ -9,12 +9,49 @@ use crate::http::Transport;
 use crate::lock::LockHandle;
 use crate::merge::{or_empty, parse_object};
 use crate::rows::{HistoryEntry, HistoryExtent};
-use crate::session::Platform;
-use crate::sql::{Op, Point};
+use crate::session::{Platform, Session};
+use crate::sql::{Op, Point, SEQ_IDS_MAX_BYTES};
 use crate::store::{State, Store, validate_state_id};
 
 /// The most versions one `history` call lists.
 pub const MAX_LIMIT: u32 = 10_000;
+
+/// The ordinals (`seq`, see `sql::history`) of rows about to be written as JSON, one per id
+/// in order (an id twice gets two): one more than each id's highest, read in a request per
+/// [`SEQ_IDS_MAX_BYTES`] of ids. All 0, with no request, when the history keeps no count.
+pub(crate) fn ordinals<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    ids: &[&str],
+) -> Result<Vec<u64>> {
+    let mut highest = std::collections::HashMap::new();
+    let mut rest = ids;
+    while !rest.is_empty() {
+        let mut bytes = 0;
+        let end = rest
+            .iter()
+            .position(|id| {
+                bytes += id.len() + 3;
+                bytes > SEQ_IDS_MAX_BYTES
+            })
+            .unwrap_or(rest.len())
+            .max(1);
+        let Some(read) = session.sql.history_seqs(&rest[..end]) else {
+            return Ok(vec![0; ids.len()]);
+        };
+        for row in session.fetch(&read)? {
+            highest.insert(row.state_id, row.seq);
+        }
+        rest = &rest[end..];
+    }
+    Ok(ids
+        .iter()
+        .map(|id| {
+            let seq = highest.entry((*id).to_string()).or_insert(0);
+            *seq += 1;
+            *seq
+        })
+        .collect())
+}
 
 /// What `restore` did: the state it replaced (none when there was none or it was deleted) and
 /// the version it wrote.
@@ -38,11 +75,14 @@ impl<T: Transport, H: Platform> Store<T, H> {
     }
 
     /// The version of `state_id` at `point`: that version, or the newest at or before the time.
+    /// A time past both now and the newest version is refused as in the future; versions can
+    /// be ahead of the clock (a grant after a forced unlock writes above the forced lease), and
+    /// those are read as any other.
     pub fn get_at(&self, state_id: &str, point: Point) -> Result<HistoryEntry> {
         validate_state_id(state_id)?;
         if let Point::Time(time) = point {
             let now = self.session.host.now_ms();
-            if time > now {
+            if time > now && time > self.extent(state_id)?.newest {
                 return Err(Error::InvalidInput(format!(
                     "{} is in the future (now is {})",
                     show_time(time),
@@ -58,16 +98,21 @@ impl<T: Transport, H: Platform> Store<T, H> {
         if let Some(entry) = self.session.fetch_first(&read)? {
             return Ok(entry);
         }
-        let extent_read = self.session.sql.history_extent(state_id).ok_or_else(off)?;
-        let extent = self
-            .session
-            .fetch_first(&extent_read)?
-            .unwrap_or(HistoryExtent {
-                versions: 0,
-                oldest: 0,
-                newest: 0,
-            });
-        Err(Error::InvalidInput(not_found(state_id, point, &extent)))
+        Err(Error::InvalidInput(not_found(
+            state_id,
+            point,
+            &self.extent(state_id)?,
+        )))
+    }
+
+    /// How many versions of `state_id` the history has, and its oldest and newest.
+    fn extent(&self, state_id: &str) -> Result<HistoryExtent> {
+        let read = self.session.sql.history_extent(state_id).ok_or_else(off)?;
+        Ok(self.session.fetch_first(&read)?.unwrap_or(HistoryExtent {
+            versions: 0,
+            oldest: 0,
+            newest: 0,
+        }))
     }
 
     /// Writes the state `state_id` had at `to` as a new version, under `lock`, guarded as

@@ -316,6 +316,22 @@ impl FromRow for Version {
     }
 }
 
+/// The highest ordinal of an id in the history (`Statements::history_seqs`).
+#[derive(Debug)]
+pub struct Seq {
+    pub state_id: String,
+    pub seq: u64,
+}
+
+impl FromRow for Seq {
+    fn from_row(mut row: Row) -> Result<Self> {
+        Ok(Seq {
+            state_id: row.text("state_id")?,
+            seq: row.number("seq")?,
+        })
+    }
+}
+
 /// A state read together with a lock's grant: partial, completed (NULL as none) and version.
 pub type StoredTuple = (Option<String>, Option<String>, u64);
 

@@ -284,11 +284,10 @@ impl<T: Transport, H: Platform> Store<T, H> {
             self.write(std::slice::from_ref(state), version, &origin)
                 .map(|()| Some(1))
         })?;
-        let landed = match written {
-            Some(rows) => rows == 1,
-            // The server did not say: the version is there or it is not.
-            None => self.read_version(&self.session.sql.version_of(&lock.state_id))? == version,
-        };
+        // Anything but one row may still have landed: a resend after an unknown outcome finds
+        // the guard no longer holds because its first send did. The version says.
+        let landed = written == Some(1)
+            || self.read_version(&self.session.sql.version_of(&lock.state_id))? == version;
         if !landed {
             return Err(Error::LockLost(format!(
                 "nothing was written to {:?}: the lock (token {}) is no longer held, or the \
@@ -452,10 +451,12 @@ impl<T: Transport, H: Platform> Store<T, H> {
     /// One INSERT of tombstones, each at its version, under a fresh deduplication token.
     fn bury(&self, tombstones: &[(&str, u64)], origin: &Origin<'_>) -> Result<()> {
         let mut data = Vec::with_capacity(tombstones.iter().map(|(id, _)| id.len() + 160).sum());
-        for (state_id, version_ms) in tombstones {
+        let ids: Vec<&str> = tombstones.iter().map(|(id, _)| *id).collect();
+        let seqs = crate::history::ordinals(&self.session, &ids)?;
+        for ((state_id, version_ms), seq) in tombstones.iter().zip(seqs) {
             self.session
                 .sql
-                .encode_tombstone(state_id, *version_ms, origin, &mut data)?;
+                .encode_tombstone(state_id, *version_ms, origin, seq, &mut data)?;
         }
         let token = self.session.new_token();
         self.session
@@ -479,10 +480,12 @@ impl<T: Transport, H: Platform> Store<T, H> {
             .map(|(s, _)| escaped(&s.partial) + escaped(&s.completed) + escaped(&s.state_id) + 160)
             .sum();
         let mut data = Vec::with_capacity(capacity);
-        for (state, version_ms) in rows {
+        let ids: Vec<&str> = rows.iter().map(|(s, _)| s.state_id.as_str()).collect();
+        let seqs = crate::history::ordinals(&self.session, &ids)?;
+        for ((state, version_ms), seq) in rows.iter().zip(seqs) {
             self.session
                 .sql
-                .encode_state(state.row(*version_ms), origin, &mut data)?;
+                .encode_state(state.row(*version_ms), origin, seq, &mut data)?;
         }
         let token = self.session.new_token();
         self.session

@@ -97,17 +97,25 @@ impl Point {
         if let Ok(version) = text.parse::<u64>() {
             return Ok(Point::Version(version));
         }
-        let time = humantime::parse_rfc3339_weak(text).map_err(|e| {
-            Error::InvalidInput(format!(
-                "'{text}' is neither a version (a number, as `history` lists them) nor a time \
-                 such as 2026-12-02T10:00:00Z ({e})"
-            ))
-        })?;
-        let ms = time
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_err(|_| Error::InvalidInput(format!("'{text}' is before 1970")))?
-            .as_millis();
-        Ok(Point::Time(u64::try_from(ms).unwrap_or(u64::MAX)))
+        // With an offset (`+02:00`, `Z`), else UTC (`2026-12-02 10:00:00` too).
+        let ms: i128 =
+            match time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+            {
+                Ok(time) => time.unix_timestamp_nanos() / 1_000_000,
+                Err(_) => {
+                    let time = humantime::parse_rfc3339_weak(text).map_err(|e| {
+                        Error::InvalidInput(format!(
+                            "'{text}' is neither a version (a number, as `history` lists them) nor \
+                         a time such as 2026-12-02T10:00:00Z or 2026-12-02T12:00:00+02:00 ({e})"
+                        ))
+                    })?;
+                    time.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(-1, |d| i128::try_from(d.as_millis()).unwrap_or(i128::MAX))
+                }
+            };
+        let ms = u64::try_from(ms)
+            .map_err(|_| Error::InvalidInput(format!("'{text}' is before 1970")))?;
+        Ok(Point::Time(ms))
     }
 }
 
@@ -156,7 +164,17 @@ mod tests {
             Point::parse("2025-12-02 20:34:56").ok(),
             Some(Point::Time(1_764_707_696_000))
         );
-        for bad in ["yesterday", "", "-5", "2025-13-02T00:00:00Z"] {
+        assert_eq!(
+            Point::parse("2025-12-02T22:34:56.789+02:00").ok(),
+            Some(Point::Time(1_764_707_696_789))
+        );
+        for bad in [
+            "yesterday",
+            "",
+            "-5",
+            "2025-13-02T00:00:00Z",
+            "1969-12-31T23:59:59Z",
+        ] {
             assert!(
                 matches!(Point::parse(bad), Err(Error::InvalidInput(_))),
                 "{bad}"

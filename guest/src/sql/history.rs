@@ -8,6 +8,13 @@
 //! source table's part before the view's: a write that reached the state table is in the
 //! history; a server failing between the two leaves a history row whose write was not
 //! acknowledged, which its retry writes again (reads show each version once).
+//!
+//! Retention is ClickHouse's: a TTL by age, and a count per id by slots. Each row has a slot,
+//! the table's key after the id, and ReplacingMergeTree keeps the newest row of each slot. With
+//! no count, a row's slot is its version, so nothing is replaced but a version written twice;
+//! with a count N, a row's slot is its ordinal within the id (`seq`, one more than the id's
+//! highest) modulo N, so a write replaces the version N before it. Reads are `FINAL`, so they
+//! show what merges will keep before they run.
 
 use super::{Query, Read, Statements, quote_identifier};
 use crate::config::Config;
@@ -73,6 +80,8 @@ pub(super) struct History {
     pub table: String,
     pub view: String,
     pub days: u32,
+    /// Versions kept per id (0: no limit).
+    pub versions: u32,
     pub view_name: String,
 }
 
@@ -82,6 +91,7 @@ impl History {
             table: format!("{schema}.{}", quote_identifier(&config.history_table())),
             view: format!("{schema}.{}", quote_identifier(&config.history_view())),
             days: config.history_days,
+            versions: config.history_versions,
             view_name: config.history_view(),
         })
     }
@@ -97,10 +107,34 @@ fn op_type() -> String {
 }
 
 /// The columns a write names when the history is on, after the state's own.
-pub(super) const ORIGIN_COLUMNS: &str = ", op, writer, lock_owner, token";
-/// The same as values of an `INSERT ... SELECT`, bound by [`bind_origin`].
-pub(super) const ORIGIN_VALUES: &str =
-    ", {op:String}, {writer:String}, {lock_owner:String}, {token:UInt64}";
+pub(super) const ORIGIN_COLUMNS: &str = ", op, writer, lock_owner, token, seq, slot";
+
+impl History {
+    /// The values of [`ORIGIN_COLUMNS`] in an `INSERT ... SELECT` of one state, bound by
+    /// [`bind_origin`] and by the statement's `{id}` and `{version}`. With a count, the ordinal
+    /// is read in the same statement: no request more.
+    pub(super) fn origin_values(&self) -> String {
+        let who = ", {op:String}, {writer:String}, {lock_owner:String}, {token:UInt64}";
+        match self.versions {
+            0 => format!("{who}, 0, {{version:UInt64}}"),
+            n => {
+                let next = format!(
+                    "(SELECT max(seq) + 1 FROM {} WHERE state_id = {{id:String}})",
+                    self.table
+                );
+                format!("{who}, {next}, {next} % {n}")
+            }
+        }
+    }
+
+    /// A row's slot: its version with no count, else its ordinal modulo the count.
+    pub(super) fn slot(&self, seq: u64, version_ms: u64) -> u64 {
+        match self.versions {
+            0 => version_ms,
+            n => seq % u64::from(n),
+        }
+    }
+}
 
 pub(super) fn bind_origin(query: Query, origin: &Origin<'_>) -> Query {
     query
@@ -114,30 +148,46 @@ pub(super) fn bind_origin(query: Query, origin: &Origin<'_>) -> Query {
 const STATE_COLUMNS: &str = "state_id, partial_state, completed_state, updated_at";
 
 impl Statements {
-    /// The history table, when the history is on. Plain MergeTree ordered by id and version, so
-    /// an id's versions are one range of the index; the TTL drops rows past `history_days`,
-    /// whole parts at a time (a month's partition ages out as one).
+    /// The history table, when the history is on: ordered by id and slot, so an id's versions
+    /// are one range of the index, and ReplacingMergeTree by version, so a slot keeps its
+    /// newest row. The TTL drops rows past `history_days` as parts merge. Unpartitioned, so
+    /// that a slot's rows of different months meet in a merge.
     pub fn create_history_table(&self) -> Option<Query> {
         let history = self.history.as_ref()?;
-        let ttl = match history.days {
-            0 => String::new(),
-            days => format!(" TTL toDateTime(updated_at) + INTERVAL {days} DAY"),
-        };
-        let mut settings = vec!["ttl_only_drop_parts = 1"];
+        let mut settings = vec![];
         if !self.replicated {
             // As the lock log: a retried insert lands once on a single server too.
             settings.push("non_replicated_deduplication_window = 10000");
         }
+        let settings = match settings.is_empty() {
+            true => String::new(),
+            false => format!(" SETTINGS {}", settings.join(", ")),
+        };
         Some(Query::new(format!(
             "CREATE TABLE IF NOT EXISTS {}{} (state_id String, partial_state Nullable(String), \
              completed_state Nullable(String), updated_at DateTime64(3), op {}, writer String, \
-             lock_owner String, token UInt64) ENGINE = {} PARTITION BY toYYYYMM(updated_at) \
-             ORDER BY (state_id, updated_at){ttl} SETTINGS {}",
+             lock_owner String, token UInt64, seq UInt64, slot UInt64) ENGINE = {} \
+             ORDER BY (state_id, slot){}{settings}",
             history.table,
             self.on_cluster,
             op_type(),
-            self.engine("MergeTree", ""),
-            settings.join(", ")
+            self.engine("ReplacingMergeTree", "updated_at"),
+            history_ttl(history.days),
+        )))
+    }
+
+    /// Sets the history's TTL to `history_days`, for a table made with another: applied as
+    /// parts merge, not by rewriting them now. None when the history keeps every version, since
+    /// ClickHouse refuses to remove a TTL a table does not have (`docs/history.md` says how to
+    /// remove one by hand).
+    pub fn alter_history_ttl(&self) -> Option<Query> {
+        let history = self.history.as_ref().filter(|h| h.days > 0)?;
+        // The setting in the statement, so that `migrate --print`'s copy is the same.
+        Some(Query::new(format!(
+            "ALTER TABLE {}{} MODIFY{} SETTINGS materialize_ttl_after_modify = 0",
+            history.table,
+            self.on_cluster,
+            history_ttl(history.days)
         )))
     }
 
@@ -171,13 +221,14 @@ impl Statements {
         let history = self.history.as_ref()?;
         Some(
             Query::new(format!(
-                "SELECT {ENTRY_COLUMNS} FROM {} WHERE state_id = {{id:String}} \
+                "SELECT {ENTRY_COLUMNS} FROM {} FINAL WHERE state_id = {{id:String}} \
                  ORDER BY updated_at DESC LIMIT 1 BY updated_at LIMIT {{limit:UInt32}} \
                  FORMAT JSONEachRow",
                 history.table
             ))
             .param("id", state_id)
             .param("limit", limit.to_string())
+            .where_after_final()
             .deciding()
             .read(),
         )
@@ -193,20 +244,42 @@ impl Statements {
         };
         Some(
             Query::new(format!(
-                "SELECT {ENTRY_COLUMNS} FROM {} WHERE state_id = {{id:String}} \
+                "SELECT {ENTRY_COLUMNS} FROM {} FINAL WHERE state_id = {{id:String}} \
                  AND updated_at {condition} fromUnixTimestamp64Milli(toInt64({{at:UInt64}})) \
                  ORDER BY updated_at DESC LIMIT 1 FORMAT JSONEachRow",
                 history.table
             ))
             .param("id", state_id)
             .param("at", at.to_string())
+            .where_after_final()
+            .deciding()
+            .read(),
+        )
+    }
+
+    /// The highest ordinal of each of `ids` that the history has, as JSONEachRow
+    /// `{"state_id", "seq"}`: where a JSON insert's rows go on from, when the history keeps a
+    /// count (None otherwise: no ordinal is kept). The ids travel as one parameter, a JSON array (an
+    /// `Array(String)` parameter is not unescaped as other parameters are), so a caller sends
+    /// at most [`SEQ_IDS_MAX_BYTES`] of them at a time.
+    pub fn history_seqs(&self, ids: &[&str]) -> Option<Read<rows::Seq>> {
+        let history = self.history.as_ref().filter(|h| h.versions > 0)?;
+        Some(
+            Query::new(format!(
+                "SELECT state_id, max(seq) AS seq FROM {} WHERE state_id IN \
+                 (SELECT arrayJoin(JSONExtract({{ids:String}}, 'Array(String)'))) \
+                 GROUP BY state_id FORMAT JSONEachRow",
+                history.table
+            ))
+            .param("ids", serde_json::Value::from(ids).to_string())
             .deciding()
             .read(),
         )
     }
 
     /// How many versions of one id the history has, and its oldest and newest: one row, for
-    /// an error that says what there is.
+    /// an error that says what there is and for whether a time is in the future. Deciding, so
+    /// that a write just made counts.
     pub fn history_extent(&self, state_id: &str) -> Option<Read<rows::HistoryExtent>> {
         let history = self.history.as_ref()?;
         Some(
@@ -214,13 +287,26 @@ impl Statements {
                 "SELECT count(DISTINCT updated_at) AS versions, \
                  toUnixTimestamp64Milli(min(updated_at)) AS oldest, \
                  toUnixTimestamp64Milli(max(updated_at)) AS newest \
-                 FROM {} WHERE state_id = {{id:String}} FORMAT JSONEachRow",
+                 FROM {} FINAL WHERE state_id = {{id:String}} FORMAT JSONEachRow",
                 history.table
             ))
             .param("id", state_id)
             .one_row_of_nothing()
+            .deciding()
             .read(),
         )
+    }
+}
+
+/// Ids per `history_seqs` request, at most, in bytes: as a guarded write's state, well within
+/// the URL a server accepts.
+pub const SEQ_IDS_MAX_BYTES: usize = super::state::GUARDED_MAX_BYTES;
+
+/// The table's TTL clause, with its leading space ("" for none).
+fn history_ttl(days: u32) -> String {
+    match days {
+        0 => String::new(),
+        days => format!(" TTL toDateTime(updated_at) + INTERVAL {days} DAY"),
     }
 }
 

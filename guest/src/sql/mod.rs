@@ -16,7 +16,7 @@ mod settle;
 mod state;
 
 pub use guard::Guard;
-pub use history::{Op, Origin, Point};
+pub use history::{Op, Origin, Point, SEQ_IDS_MAX_BYTES};
 pub use query::{Query, Read, Role, escape_param, quote_identifier};
 pub use state::{GUARDED_MAX_BYTES, LIVE, StateRow};
 

@@ -22,7 +22,8 @@ impl Statements {
     /// `cluster`, they run ON CLUSTER with Replicated engines, so every replica has the tables
     /// and they share their rows.
     pub fn migration(&self) -> Vec<Query> {
-        // The view after its table, and after the state table it writes to.
+        // The view after its table, and after the state table it writes to; the history's TTL as
+        // set now, on a table made with another.
         [
             Some(self.create_schema()),
             Some(self.create_state_table()),
@@ -30,6 +31,7 @@ impl Statements {
             Some(self.create_lock_log_table()),
             self.create_history_table(),
             self.create_history_view(),
+            self.alter_history_ttl(),
         ]
         .into_iter()
         .flatten()

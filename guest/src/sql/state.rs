@@ -1,7 +1,7 @@
 //! The state table's statements, and the rows they write.
 
 use super::guard::{Guard, guard_condition};
-use super::history::{ORIGIN_COLUMNS, ORIGIN_VALUES, Origin, bind_origin};
+use super::history::{ORIGIN_COLUMNS, Origin, bind_origin};
 use super::{Query, Read, Role, Statements};
 use crate::glob::Filter;
 use crate::rows;
@@ -52,6 +52,14 @@ impl Statements {
         }
     }
 
+    /// The values of the write target's origin columns in an `INSERT ... SELECT` ("" with no
+    /// history).
+    fn origin_values(&self) -> String {
+        self.history
+            .as_ref()
+            .map_or_else(String::new, |history| history.origin_values())
+    }
+
     /// Writes rows given as JSONEachRow (encoded by [`Statements::encode_state`] and
     /// [`Statements::encode_tombstone`]). `token` makes the insert unique for insert
     /// deduplication: a retry of the same write reuses it, a new write never does.
@@ -80,11 +88,7 @@ impl Statements {
     ) -> Query {
         let (condition, query) = guard_condition(self, guard);
         let (table, columns, fanout) = self.write_target();
-        let values = if columns.is_empty() {
-            ""
-        } else {
-            ORIGIN_VALUES
-        };
+        let values = self.origin_values();
         // The id's lock log is the statement's own table and the guard its HAVING: one scalar
         // subquery fewer than a WHERE over two (about 2 ms of 20 on the local engine).
         let query = Query {
@@ -126,11 +130,7 @@ impl Statements {
     /// version. For states up to [`GUARDED_MAX_BYTES`].
     pub fn set_unless_newer(&self, state: StateRow<'_>, origin: &Origin<'_>, token: &str) -> Query {
         let (table, columns, fanout) = self.write_target();
-        let values = if columns.is_empty() {
-            ""
-        } else {
-            ORIGIN_VALUES
-        };
+        let values = self.origin_values();
         // An aggregate over the id's rows: with no rows it still gives one (`max` of nothing is
         // the epoch), which `one_row_of_nothing` makes sure of.
         let query = Query::new(format!(
@@ -158,12 +158,13 @@ impl Statements {
         }
     }
 
-    /// Appends a state row as a line of JSONEachRow for `insert_states`, with who wrote it when
-    /// the history is on.
+    /// Appends a state row as a line of JSONEachRow for `insert_states`, with who wrote it and
+    /// its ordinal (`seq`, see `history_seqs`; 0 with no count) when the history is on.
     pub fn encode_state(
         &self,
         row: StateRow<'_>,
         origin: &Origin<'_>,
+        seq: u64,
         data: &mut Vec<u8>,
     ) -> crate::error::Result<()> {
         encode_row(
@@ -172,7 +173,7 @@ impl Statements {
                 partial_state: Some(row.partial),
                 completed_state: Some(row.completed),
                 updated_at: json_time(row.version_ms),
-                origin: self.history.as_ref().map(|_| JsonOrigin::of(origin)),
+                origin: self.json_origin(origin, seq, row.version_ms),
             },
             data,
         )
@@ -187,6 +188,7 @@ impl Statements {
         state_id: &str,
         version_ms: u64,
         origin: &Origin<'_>,
+        seq: u64,
         data: &mut Vec<u8>,
     ) -> crate::error::Result<()> {
         encode_row(
@@ -195,10 +197,27 @@ impl Statements {
                 partial_state: None,
                 completed_state: None,
                 updated_at: json_time(version_ms),
-                origin: self.history.as_ref().map(|_| JsonOrigin::of(origin)),
+                origin: self.json_origin(origin, seq, version_ms),
             },
             data,
         )
+    }
+
+    /// A JSON row's history columns, when the history is on.
+    fn json_origin<'a>(
+        &self,
+        origin: &Origin<'a>,
+        seq: u64,
+        version_ms: u64,
+    ) -> Option<JsonOrigin<'a>> {
+        self.history.as_ref().map(|history| JsonOrigin {
+            op: origin.op.name(),
+            writer: origin.writer,
+            lock_owner: origin.lock_owner,
+            token: origin.token,
+            seq,
+            slot: history.slot(seq, version_ms),
+        })
     }
 
     /// Matching live ids, sorted, as RowBinary.
@@ -281,17 +300,8 @@ struct JsonOrigin<'a> {
     writer: &'a str,
     lock_owner: &'a str,
     token: u64,
-}
-
-impl<'a> JsonOrigin<'a> {
-    fn of(origin: &Origin<'a>) -> Self {
-        JsonOrigin {
-            op: origin.op.name(),
-            writer: origin.writer,
-            lock_owner: origin.lock_owner,
-            token: origin.token,
-        }
-    }
+    seq: u64,
+    slot: u64,
 }
 
 impl StateRow<'_> {

@@ -13,6 +13,17 @@ fn origin() -> Origin<'static> {
     }
 }
 
+fn guard() -> Guard {
+    Guard {
+        state_id: "a".into(),
+        generation: 2,
+        owner: "me".into(),
+        confirmed: true,
+        previous_until: 1,
+        expected_version: 0,
+    }
+}
+
 fn statements() -> Statements {
     let config = Config::parse(
         "clickhouse://u@h/db",
@@ -58,6 +69,7 @@ fn each_statement_is_sent_in_its_consistency_role() {
             "history_at",
             s.history_at("a", Point::Version(1)).expect("on").query,
         ),
+        ("history_extent", s.history_extent("a").expect("on").query),
     ];
     for (name, query) in deciding {
         assert_eq!(query.role, Role::Deciding, "{name}");
@@ -110,7 +122,7 @@ fn the_schema_per_deployment_kind() {
         .into_iter()
         .map(|q| q.sql)
         .collect();
-    assert_eq!(single.len(), 6);
+    assert_eq!(single.len(), 7);
     assert!(
         single
             .iter()
@@ -158,9 +170,13 @@ fn the_schema_per_deployment_kind() {
     ));
     assert!(!cluster[3].contains("non_replicated_deduplication_window"));
     assert!(cluster[4].contains(
-        "ENGINE = ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') PARTITION BY"
+        "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}', updated_at) ORDER BY (state_id, slot)"
     ));
     assert!(cluster[5].starts_with("CREATE MATERIALIZED VIEW IF NOT EXISTS"));
+    assert!(
+        cluster[6]
+            .starts_with("ALTER TABLE `meltano`.`state_history` ON CLUSTER `prod` MODIFY TTL")
+    );
 }
 
 /// With the history on, every state write goes to the history, names who wrote it, and counts
@@ -178,6 +194,7 @@ fn state_writes_go_through_the_history_when_it_is_on() {
     let writes = [
         on.insert_states(b"{}".to_vec(), "t"),
         on.set_unless_newer(row, &origin(), "t"),
+        on.write_guarded(row, &origin(), &guard(), "t"),
     ];
     for q in &writes {
         assert!(
@@ -187,7 +204,8 @@ fn state_writes_go_through_the_history_when_it_is_on() {
             q.sql
         );
         assert!(
-            q.sql.contains(", op, writer, lock_owner, token)"),
+            q.sql
+                .contains(", op, writer, lock_owner, token, seq, slot)"),
             "{}",
             q.sql
         );
@@ -197,14 +215,18 @@ fn state_writes_go_through_the_history_when_it_is_on() {
             "1".into()
         )));
     }
-    let guarded = on.set_unless_newer(row, &origin(), "t");
-    for (name, value) in [
-        ("op", "update"),
-        ("writer", "w"),
-        ("lock_owner", "o"),
-        ("token", "2"),
+    for guarded in [
+        on.set_unless_newer(row, &origin(), "t"),
+        on.write_guarded(row, &origin(), &guard(), "t"),
     ] {
-        assert!(guarded.params.contains(&(name, value.into())), "{name}");
+        for (name, value) in [
+            ("op", "update"),
+            ("writer", "w"),
+            ("lock_owner", "o"),
+            ("token", "2"),
+        ] {
+            assert!(guarded.params.contains(&(name, value.into())), "{name}");
+        }
     }
     let schema: Vec<String> = on.migration().into_iter().map(|q| q.sql).collect();
     assert!(schema[4].contains(
@@ -237,19 +259,79 @@ fn state_writes_go_through_the_history_when_it_is_on() {
         assert!(!q.params.iter().any(|(name, _)| *name == "op"));
     }
     assert_eq!(off.migration().len(), 4);
+    assert_eq!(on.migration().len(), 7);
     assert!(off.history("a", 1).is_none());
     let mut data = Vec::new();
-    off.encode_state(row, &origin(), &mut data)
+    off.encode_state(row, &origin(), 0, &mut data)
         .expect("encoded");
     assert!(!String::from_utf8_lossy(&data).contains("\"op\""));
     data.clear();
-    on.encode_state(row, &origin(), &mut data).expect("encoded");
+    on.encode_state(row, &origin(), 0, &mut data)
+        .expect("encoded");
     assert_eq!(
         String::from_utf8_lossy(&data),
         "{\"state_id\":\"a\",\"partial_state\":\"{}\",\"completed_state\":\"{}\",\
          \"updated_at\":\"0.001\",\"op\":\"update\",\"writer\":\"w\",\"lock_owner\":\"o\",\
-         \"token\":2}\n"
+         \"token\":2,\"seq\":0,\"slot\":1}\n"
     );
+}
+
+/// With no count, a row's slot is its version and no ordinal is read; with a count, a write
+/// reads its ordinal in the same statement and takes the slot modulo the count, and a JSON
+/// insert's rows take theirs from `history_seqs`.
+#[test]
+fn a_count_per_id_keeps_versions_by_slot() {
+    let row = StateRow {
+        state_id: "a",
+        partial: "{}",
+        completed: "{}",
+        version_ms: 1234,
+    };
+    let off = statements();
+    let guarded = off.set_unless_newer(row, &origin(), "t").sql;
+    assert!(guarded.contains(", 0, {version:UInt64} FROM"), "{guarded}");
+    assert!(!guarded.contains("max(seq)"), "{guarded}");
+    assert!(off.history_seqs(&["a"]).is_none());
+
+    let config = Config::parse(
+        "clickhouse://u@h/db",
+        &[
+            ("table".into(), "my_state".into()),
+            ("history_versions".into(), "3".into()),
+        ],
+    )
+    .expect("valid");
+    let on = Statements::new(&config);
+    let next =
+        "(SELECT max(seq) + 1 FROM `meltano`.`my_state_history` WHERE state_id = {id:String})";
+    for sql in [
+        on.set_unless_newer(row, &origin(), "t").sql,
+        on.write_guarded(row, &origin(), &guard(), "t").sql,
+    ] {
+        assert!(sql.contains(&format!(", {next}, {next} % 3 FROM")), "{sql}");
+    }
+    let seqs = on.history_seqs(&["a", "it's\\"]).expect("a count").query;
+    assert!(
+        seqs.sql
+            .contains("JSONExtract({ids:String}, 'Array(String)')"),
+        "{}",
+        seqs.sql
+    );
+    assert_eq!(seqs.params, vec![("ids", r#"["a","it's\\"]"#.to_string())]);
+    let mut data = Vec::new();
+    on.encode_state(row, &origin(), 7, &mut data)
+        .expect("encoded");
+    assert!(
+        String::from_utf8_lossy(&data).ends_with(",\"seq\":7,\"slot\":1}\n"),
+        "{}",
+        String::from_utf8_lossy(&data)
+    );
+    let table = &on.migration()[4].sql;
+    assert!(
+        table.contains("ENGINE = ReplacingMergeTree(updated_at) ORDER BY (state_id, slot)"),
+        "{table}"
+    );
+    assert!(!table.contains("PARTITION BY"), "{table}");
 }
 
 /// Keeping the history for ever leaves the table without a TTL.
@@ -265,6 +347,7 @@ fn history_days_zero_keeps_every_version() {
         .expect("on")
         .sql;
     assert!(!table.contains("TTL"), "{table}");
+    assert!(Statements::new(&config).alter_history_ttl().is_none());
 }
 
 #[test]

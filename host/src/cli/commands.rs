@@ -82,7 +82,16 @@ fn meltano_path(name: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-fn meltano_switch(name: &str) -> bool {
+/// A switch: the flag, or its own variable when that is set (either way, as clap read it),
+/// else Meltano's variable.
+fn switch(flag: bool, name: &str) -> bool {
+    let own_variable = settings::HOST_OPTIONS
+        .iter()
+        .find(|o| o.name == name)
+        .is_some_and(|o| std::env::var_os(o.env).is_some());
+    if flag || own_variable {
+        return flag;
+    }
     meltano_option(name).is_some_and(|v| {
         matches!(
             v.trim().to_ascii_lowercase().as_str(),
@@ -127,8 +136,8 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
                 .or_else(|| meltano_path("client_key")),
         },
         addresses: AddressAllowance {
-            loopback: cli.allow_loopback || meltano_switch("allow_loopback"),
-            private: !(cli.refuse_private || meltano_switch("refuse_private")),
+            loopback: switch(cli.allow_loopback, "allow_loopback"),
+            private: !switch(cli.refuse_private, "refuse_private"),
             ..AddressAllowance::single_user()
         },
         // One user's own work, with no neighbours to protect: the call deadline bounds it, and

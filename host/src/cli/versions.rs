@@ -65,6 +65,17 @@ pub async fn diff(
     Ok(out)
 }
 
+/// A write that landed is reported as done even when giving its lock back failed, so that no
+/// one runs it again: the failure is a warning, and the lock frees itself at its lease's end.
+fn warn_unreleased(state_id: &str, what: &str, released: state_host::Result<()>) {
+    if let Err(e) = released {
+        eprintln!(
+            "warning: the {what} of {state_id:?} was written, but its lock was not given back \
+             ({e}); it frees itself when its lease ends"
+        );
+    }
+}
+
 /// Restores under the id's lock, taken and released here.
 pub async fn restore(backend: &mut Backend, state_id: &str, to: &str) -> Result<Value, Failure> {
     let to = Point::parse(to)?;
@@ -72,7 +83,7 @@ pub async fn restore(backend: &mut Backend, state_id: &str, to: &str) -> Result<
     let restored = backend.restore_locked(to, &lock).await;
     let released = backend.release(lock).await;
     let restored = restored?;
-    released?;
+    warn_unreleased(state_id, "restore", released);
     let view = |state: Option<&State>| state.map(merged_view).transpose();
     Ok(json!({
         "state_id": state_id,
@@ -91,7 +102,7 @@ pub async fn clear_streams(
     let written = backend.clear_streams_locked(streams, &lock).await;
     let released = backend.release(lock).await;
     let written = written?;
-    released?;
+    warn_unreleased(state_id, "stream clear", released);
     Ok(json!({
         "state_id": state_id,
         "cleared": streams,

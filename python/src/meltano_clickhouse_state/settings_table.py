@@ -143,6 +143,13 @@ SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
         "The history drops writes older than this (a TTL; 0 keeps them for ever) (default 90)",
     ),
     (
+        "history_versions",
+        "component",
+        "state_backend.clickhouse.history_versions",
+        "text",
+        "The history keeps at most this many versions of each id, newest first (0: no limit) (default 0)",
+    ),
+    (
         "ca_bundle",
         "host",
         "state_backend.clickhouse.ca_bundle",

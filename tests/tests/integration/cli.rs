@@ -42,6 +42,17 @@ impl Cli {
         for (var, _) in integration_tests::state_host::settings::env_variables() {
             command.env_remove(var);
         }
+        // Meltano's variables for every setting and host option, which the CLI reads too.
+        let names = clickhouse_state::settings::names().chain(
+            integration_tests::state_host::settings::HOST_OPTIONS
+                .iter()
+                .map(|o| o.name),
+        );
+        for name in names {
+            command.env_remove(integration_tests::state_host::settings::meltano_variable(
+                name,
+            ));
+        }
         for var in PROXY_VARIABLES {
             command.env_remove(var);
         }
@@ -294,6 +305,176 @@ fn errors_are_one_line_on_stderr_with_an_exit_code() {
     }
     // nothing was written by any of them
     assert_eq!(cli.table.raw_rows(), 0);
+}
+
+/// `history`, `get --at`, `diff`, `restore` and `clear-stream`, as a user runs them after a bad
+/// run; and each one's bad input: an error on stderr, exit code 2, nothing written.
+#[test]
+fn the_history_commands_read_restore_and_reset_one_stream() {
+    let cli = Cli::new("cli_history");
+    let id = "dev:tap-to-target";
+    let state = |orders: u64| {
+        format!(
+            r#"{{"singer_state":{{"bookmarks":{{"orders":{{"id":{orders}}},"users":{{"id":1}}}}}}}}"#
+        )
+    };
+    cli.ok(&["set", id, &state(1)]);
+    cli.ok(&["merge", id, &state(99)]);
+    let history = cli.ok(&["history", id]);
+    let versions: Vec<u64> = history
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|e| e["version"].as_u64().expect("a version"))
+        .collect();
+    let [bad, good] = versions[..] else {
+        panic!("{history}")
+    };
+    assert_eq!(history[0]["op"], "update");
+    assert_eq!(history[1]["op"], "set");
+    assert_eq!(history[1]["state"], json(&state(1)));
+    assert!(
+        history[0]["time"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    // As it was, by version and by time.
+    assert_eq!(
+        cli.ok(&["get", id, "--at", &good.to_string()]),
+        json(&state(1))
+    );
+    let time = history[1]["time"].as_str().expect("a time");
+    assert_eq!(cli.ok(&["get", id, "--at", time]), json(&state(1)));
+    let diff = cli.ok(&["diff", id, &good.to_string(), &bad.to_string()]);
+    assert_eq!(
+        diff["bookmarks"],
+        serde_json::json!({"orders": {"from": {"id": 1}, "to": {"id": 99}}})
+    );
+    assert_eq!(diff["from"]["version"], good);
+
+    let rows = |cli: &Cli| {
+        cli.table
+            .target
+            .must(&format!(
+                "SELECT count() FROM {SCHEMA}.{}_history",
+                cli.table.name
+            ))
+            .trim()
+            .to_string()
+    };
+    let before = rows(&cli);
+    let cases: &[(&[&str], &str)] = &[
+        (&["get", id, "--at", "5"], "no version 5 of"),
+        (
+            &["get", id, "--at", "2999-01-01T00:00:00Z"],
+            "is in the future",
+        ),
+        (&["get", id, "--at", "yesterday"], "neither a version"),
+        (
+            &["get", "never-written", "--at", &good.to_string()],
+            "the history has none",
+        ),
+        (&["history", id, "--limit", "0"], "the limit must be from 1"),
+        (&["diff", id, "5", &bad.to_string()], "no version 5 of"),
+        (&["restore", id, "--to", "5"], "no version 5 of"),
+        (
+            &["clear-stream", id, "payments"],
+            "its streams are: orders, users",
+        ),
+        (
+            &["-s", "history=false", "history", id],
+            "the history is off",
+        ),
+    ];
+    for (args, needle) in cases {
+        let output = cli.run(args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(needle),
+            "{args:?}: {err}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    assert_eq!(rows(&cli), before, "no bad input wrote anything");
+    assert_eq!(cli.ok(&["history", "never-written"]), serde_json::json!([]));
+
+    let restored = cli.ok(&["restore", id, "--to", &good.to_string()]);
+    assert_eq!(restored["replaced"], json(&state(99)));
+    assert_eq!(restored["restored"]["op"], "restore");
+    assert_eq!(cli.ok(&["get", id]), json(&state(1)));
+    let cleared = cli.ok(&["clear-stream", id, "orders"]);
+    assert_eq!(cleared["cleared"], serde_json::json!(["orders"]));
+    let now = cli.ok(&["get", id]);
+    assert_eq!(
+        now,
+        json(r#"{"singer_state":{"bookmarks":{"users":{"id":1}}}}"#)
+    );
+    let ops: Vec<String> = cli
+        .ok(&["history", id])
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|e| e["op"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(ops, ["clear-stream", "restore", "update", "set"]);
+}
+
+/// Beside Meltano, the CLI reads Meltano's variables: the table and the loopback allowance here
+/// come only from `MELTANO_STATE_BACKEND_CLICKHOUSE_*`.
+#[test]
+fn the_cli_reads_meltanos_variables() {
+    let cli = Cli::new("cli_meltano_vars");
+    cli.ok(&["set", "dev:x", r#"{"singer_state":{}}"#]);
+    // The test's command without its flags: the URI, schema, table and allowance from Meltano's
+    // variables only.
+    let bare = || {
+        let template = cli.command();
+        let mut command = Command::new(template.get_program());
+        for (var, value) in template.get_envs() {
+            match value {
+                Some(value) => command.env(var, value),
+                None => command.env_remove(var),
+            };
+        }
+        command
+            .env("MELTANO_STATE_BACKEND_URI", cli.table.target.uri())
+            .env("MELTANO_STATE_BACKEND_CLICKHOUSE_SCHEMA", SCHEMA)
+            .env("MELTANO_STATE_BACKEND_CLICKHOUSE_TABLE", &cli.table.name);
+        command
+    };
+    let output = bare()
+        .env("MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK", "true")
+        .arg("list")
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        json(&String::from_utf8_lossy(&output.stdout)),
+        serde_json::json!(["dev:x"])
+    );
+    // Without Meltano's allowance, or with the CLI's own variable saying no, loopback is
+    // refused as ever.
+    let refused = |output: std::process::Output| {
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(4), "{err}");
+        assert!(err.contains("--allow-loopback"), "{err}");
+    };
+    refused(
+        bare()
+            .env("MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK", "false")
+            .arg("list")
+            .output()
+            .expect("runs"),
+    );
+    refused(
+        bare()
+            .env("MELTANO_STATE_BACKEND_CLICKHOUSE_ALLOW_LOOPBACK", "true")
+            .env("STATE_BACKEND_ALLOW_LOOPBACK", "false")
+            .arg("list")
+            .output()
+            .expect("runs"),
+    );
 }
 
 #[test]
@@ -717,8 +898,13 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
     };
     let single = print(&[]);
     assert!(single.starts_with("-- The schema for one server or ClickHouse Cloud"));
-    // The database, the state table, the two lock tables, the history and its view.
-    assert_eq!(single.matches(";\n").count(), 6, "{single}");
+    // The database, the state table, the two lock tables, the history, its view and its TTL as
+    // set now.
+    assert_eq!(single.matches(";\n").count(), 7, "{single}");
+    assert!(single.contains(
+        "ALTER TABLE `meltano`.`state_history` MODIFY TTL toDateTime(updated_at) + INTERVAL 90 DAY \
+         SETTINGS materialize_ttl_after_modify = 0;"
+    ));
     assert!(
         single
             .contains("CREATE MATERIALIZED VIEW IF NOT EXISTS `meltano`.`state_history_to_state`")

@@ -422,7 +422,7 @@ fn the_guard_in_sql_decides_as_the_guard_in_rust() {
             completed: "{}",
             version_ms,
         };
-        sql.encode_state(row, &ORIGIN, &mut data).unwrap();
+        sql.encode_state(row, &ORIGIN, 0, &mut data).unwrap();
         client
             .execute(&sql.insert_states(data, &format!("{id}/{version_ms}")))
             .expect("state row");

@@ -1,9 +1,13 @@
 //! The history: every write recorded, read back at a version or a time, restored, and streams
 //! cleared; refused writes never in it.
 
-use integration_tests::state_host::{Backend, Error, State};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use integration_tests::state_host::http::faults::{Fault, FaultPlan};
+use integration_tests::state_host::{Backend, Error, InstanceOptions, State};
 use integration_tests::state_host::{HistoryEntry, Point};
-use integration_tests::{SCHEMA, TestTable, json};
+use integration_tests::{SCHEMA, TestTable, json, runtime};
 
 fn bookmarks(orders: u64) -> String {
     format!(
@@ -23,6 +27,16 @@ fn raw_history(table: &TestTable, state_id: &str) -> Vec<(String, String)> {
         .filter_map(|line| line.split_once('\t'))
         .map(|(op, completed)| (op.to_string(), completed.replace("\\\\", "\\")))
         .collect()
+}
+
+/// The state table's versions of `state_id` that the history lacks, as ClickHouse has them: a
+/// write that reached the state table without the history.
+fn unrecorded(table: &TestTable, state_id: &str) -> String {
+    table.target.must(&format!(
+        "SELECT updated_at FROM {SCHEMA}.{name} WHERE state_id = '{state_id}' EXCEPT \
+         SELECT updated_at FROM {SCHEMA}.{name}_history WHERE state_id = '{state_id}' FORMAT TSV",
+        name = table.name
+    ))
 }
 
 fn ops(entries: &[HistoryEntry]) -> Vec<&str> {
@@ -72,9 +86,11 @@ async fn every_write_is_recorded_with_how_and_by_whom() {
     );
     // Newest first, each version above the one before it.
     assert!(history.windows(2).all(|w| w[0].version > w[1].version));
-    // The same rows as the table has them, so nothing was written beside the history.
+    // The same rows as the table has them, and the state table has no version the history
+    // lacks: nothing was written beside the history.
     let raw = raw_history(&table, "s");
     assert_eq!(raw.len(), history.len());
+    assert_eq!(unrecorded(&table, "s"), "");
     let writer = &history[0].writer;
     assert_eq!(writer.len(), 36, "an instance id: {writer}");
     assert!(history.iter().all(|e| &e.writer == writer), "one instance");
@@ -164,6 +180,9 @@ async fn reading_what_is_not_there_is_a_clear_error() {
     let future = only + 3_600_000;
     let m = message(b.get_at("s", Point::Time(future)).await.unwrap_err());
     assert!(m.contains("is in the future"), "{m}");
+    // A version no DateTime64 holds is none, not a server error.
+    let m = message(b.get_at("s", Point::Version(u64::MAX)).await.unwrap_err());
+    assert!(m.contains(&format!("no version {}", u64::MAX)), "{m}");
     // An id with no history.
     assert!(b.history("never", 10).await.unwrap().is_empty());
     let m = message(b.get_at("never", Point::Version(only)).await.unwrap_err());
@@ -213,6 +232,50 @@ async fn restore_writes_the_old_state_as_a_new_version_and_says_what_it_replaced
     assert_eq!(history[0], restored.restored);
 }
 
+/// Drops the connection once, after the first restore's insert reached the server.
+#[derive(Default)]
+struct LoseFirstRestoreAnswer(AtomicBool);
+
+impl FaultPlan for LoseFirstRestoreAnswer {
+    fn fault(&self, _: &http::Method, uri: &http::Uri) -> Option<Fault> {
+        let restore = uri.query().unwrap_or("").contains("param_op=restore");
+        (restore && !self.0.swap(true, Ordering::SeqCst)).then_some(Fault::ResetBeforeResponse)
+    }
+}
+
+/// A restore that landed but whose answer was lost is reported as written, once: its resend
+/// finds the guard no longer holds (the first send moved the version) and writes nothing, and
+/// the version read back says the write is there.
+#[tokio::test]
+async fn a_restore_whose_answer_was_lost_is_written_once_and_reported_so() {
+    let table = TestTable::new("hist_restore_lost");
+    let mut b = table.open().await;
+    b.set(&State::completed("s", bookmarks(1))).await.unwrap();
+    let good = b.history("s", 1).await.unwrap()[0].version;
+    b.set(&State::completed("s", bookmarks(2))).await.unwrap();
+    let lose = Arc::new(LoseFirstRestoreAnswer::default());
+    let options = InstanceOptions {
+        label: "lost-answer".into(),
+        faults: Some(lose.clone()),
+        ..InstanceOptions::default()
+    };
+    let mut faulty = runtime()
+        .open_with(&table.target.uri(), table.with(&[]), options)
+        .await
+        .unwrap();
+    let lock = faulty.acquire_lock("s").await.unwrap();
+    let restored = faulty
+        .restore_locked(Point::Version(good), &lock)
+        .await
+        .expect("the restore landed");
+    faulty.release(lock).await.unwrap();
+    assert!(lose.0.load(Ordering::SeqCst), "the answer was lost");
+    let history = b.history("s", 10).await.unwrap();
+    assert_eq!(ops(&history), ["restore", "set", "set"]);
+    assert_eq!(history[0].version, restored.restored.version);
+    assert_eq!(raw_history(&table, "s").len(), 3);
+}
+
 /// A holder whose lock was forced open and given to another cannot restore or clear streams,
 /// even before the new holder writes anything (a version-fenced write would still land then):
 /// nothing reaches the state or the history.
@@ -242,13 +305,41 @@ async fn a_stale_holders_restore_and_stream_clear_are_refused() {
     let now = new.get("s").await.unwrap().expect("stored");
     assert_eq!(json(&now.partial), json(&bookmarks(2)));
 
-    // The new holder's restore lands.
-    new.restore_locked(Point::Version(first), &new_lock)
+    // The new holder's restore lands, above the forced lease's end: ahead of the clock, and
+    // read back by its own time.
+    let restored = new
+        .restore_locked(Point::Version(first), &new_lock)
         .await
-        .unwrap();
+        .unwrap()
+        .restored;
     assert_eq!(raw_history(&table, "s").len(), before.len() + 1);
+    assert_eq!(unrecorded(&table, "s"), "");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(restored.version > now_ms, "ahead of the clock");
+    assert_eq!(
+        new.get_at("s", Point::Time(restored.version))
+            .await
+            .unwrap(),
+        restored
+    );
     new.release(new_lock).await.unwrap();
     let _ = old.release(old_lock).await;
+}
+
+/// Counts the guarded inserts of `update` an instance sends; injects nothing.
+#[derive(Default)]
+struct CountUpdateWrites(std::sync::atomic::AtomicU64);
+
+impl FaultPlan for CountUpdateWrites {
+    fn fault(&self, _: &http::Method, uri: &http::Uri) -> Option<Fault> {
+        if uri.query().unwrap_or("").contains("param_op=update") {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        None
+    }
 }
 
 /// An `update` whose guard the server refuses (its grant was forced open and taken meanwhile)
@@ -257,9 +348,20 @@ async fn a_stale_holders_restore_and_stream_clear_are_refused() {
 async fn an_update_the_guard_refuses_is_not_in_the_history() {
     let table = TestTable::new("hist_guard");
     // The update keeps its lock between calls, so the next one is a single guarded insert.
-    let mut writer = table
-        .open_with(&[("lock_linger_seconds", "60"), ("lock_timeout_seconds", "2")])
-        .await;
+    let sent = Arc::new(CountUpdateWrites::default());
+    let options = InstanceOptions {
+        label: "counted".into(),
+        faults: Some(sent.clone()),
+        ..InstanceOptions::default()
+    };
+    let mut writer = runtime()
+        .open_with(
+            &table.target.uri(),
+            table.with(&[("lock_linger_seconds", "60"), ("lock_timeout_seconds", "2")]),
+            options,
+        )
+        .await
+        .unwrap();
     let mut operator = table.open().await;
     writer
         .update(&State::partial("s", bookmarks(1)))
@@ -268,8 +370,14 @@ async fn an_update_the_guard_refuses_is_not_in_the_history() {
     assert!(operator.force_unlock("s").await.unwrap());
     let taker = operator.acquire_lock("s").await.unwrap();
     let before = raw_history(&table, "s");
+    let writes = sent.0.load(Ordering::SeqCst);
     let refused = writer.update(&State::partial("s", bookmarks(2))).await;
     assert!(refused.is_err(), "the kept grant is gone: {refused:?}");
+    assert_eq!(
+        sent.0.load(Ordering::SeqCst),
+        writes + 1,
+        "the guarded insert was sent, on the kept grant"
+    );
     assert_eq!(raw_history(&table, "s"), before);
     operator.release(taker).await.unwrap();
     // Taken anew, the same update lands, and is recorded once.
@@ -366,5 +474,101 @@ async fn the_history_can_be_off_and_is_created_when_turned_on() {
     assert_eq!(
         json(&on.get("s").await.unwrap().unwrap().completed),
         json(&bookmarks(4))
+    );
+}
+
+/// `history_versions` keeps the newest N versions of each id, whichever way each was written:
+/// a one-trip set, a guarded update, and the JSON inserts (set-all, a delete, a set and an
+/// update too large for query parameters), whose ordinals are read first. Reads show the
+/// newest N before any merge; ClickHouse drops the rest as parts merge.
+#[tokio::test]
+async fn a_count_per_id_keeps_only_the_newest_versions() {
+    let table = TestTable::new("hist_count");
+    let mut b = table.open_with(&[("history_versions", "3")]).await;
+    // An id whose quote and backslash the ordinals' array parameter must escape.
+    let odd = r"it's \ odd";
+    let big = |orders: u64| {
+        format!(
+            r#"{{"singer_state":{{"bookmarks":{{"orders":{{"id":{orders}}}}}}},"pad":"{}"}}"#,
+            "x".repeat(70_000)
+        )
+    };
+    let orders =
+        |n: u64| format!(r#"{{"singer_state":{{"bookmarks":{{"orders":{{"id":{n}}}}}}}}}"#);
+    b.set(&State::completed("s", bookmarks(1))).await.unwrap();
+    b.set_all(&[
+        State::completed("s", bookmarks(2)),
+        State::completed(odd, bookmarks(1)),
+    ])
+    .await
+    .unwrap();
+    b.update(&State::partial("s", orders(3))).await.unwrap();
+    let third = b.history("s", 1).await.unwrap()[0].version;
+    b.set(&State::completed("s", big(4))).await.unwrap();
+    b.update(&State::partial("s", big(5))).await.unwrap();
+    b.update(&State::partial("s", orders(6))).await.unwrap();
+    for n in 2..=3 {
+        b.set_all(&[State::completed(odd, bookmarks(n))])
+            .await
+            .unwrap();
+    }
+    b.delete(odd).await.unwrap();
+
+    let kept = b.history("s", 100).await.unwrap();
+    assert_eq!(ops(&kept), ["update", "update", "set"]);
+    assert!(kept.iter().all(|e| e.version > third), "{kept:?}");
+    assert_eq!(
+        ops(&b.history(odd, 100).await.unwrap()),
+        ["delete", "set-all", "set-all"]
+    );
+    // What ClickHouse keeps once the parts merge: the same three of each.
+    table.target.must(&format!(
+        "OPTIMIZE TABLE {SCHEMA}.{}_history FINAL",
+        table.name
+    ));
+    assert_eq!(raw_history(&table, "s").len(), 3);
+    assert_eq!(
+        table
+            .target
+            .must(&format!(
+                "SELECT count() FROM {SCHEMA}.{}_history",
+                table.name
+            ))
+            .trim(),
+        "6"
+    );
+    // A version past the count is gone; the state itself is the newest, untouched.
+    let gone = b.get_at("s", Point::Version(third)).await.unwrap_err();
+    assert!(gone.to_string().contains("no version"), "{gone}");
+    let now = b.get("s").await.unwrap().expect("a state");
+    assert_eq!(
+        json(&now.partial)["singer_state"]["bookmarks"]["orders"]["id"],
+        6
+    );
+}
+
+/// The longest TTL `history_days` accepts still lies ahead: a version written now outlives
+/// ClickHouse applying the TTL (a TTL past 2106 wraps into the past and drops every row). A
+/// TTL set later reaches the table through `migrate`.
+#[tokio::test]
+async fn the_longest_ttl_keeps_what_is_written_now_and_migrate_changes_it() {
+    let table = TestTable::new("hist_ttl");
+    let longest = clickhouse_state::config::MAX_HISTORY_DAYS.to_string();
+    let mut b = table.open_with(&[("history_days", &longest)]).await;
+    b.set(&State::completed("s", bookmarks(1))).await.unwrap();
+    let history = format!("{SCHEMA}.{}_history", table.name);
+    table
+        .target
+        .must(&format!("OPTIMIZE TABLE {history} FINAL"));
+    assert_eq!(raw_history(&table, "s").len(), 1);
+
+    let mut week = table.open_with(&[("history_days", "7")]).await;
+    week.migrate().await.unwrap();
+    let created = table.target.must(&format!("SHOW CREATE TABLE {history}"));
+    assert!(created.contains("toIntervalDay(7)"), "{created}");
+    assert_eq!(
+        raw_history(&table, "s").len(),
+        1,
+        "a version of today stays"
     );
 }
