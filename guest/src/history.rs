@@ -9,49 +9,12 @@ use crate::http::Transport;
 use crate::lock::LockHandle;
 use crate::merge::{or_empty, parse_object};
 use crate::rows::{HistoryEntry, HistoryExtent};
-use crate::session::{Platform, Session};
-use crate::sql::{Op, Point, SEQ_IDS_MAX_BYTES};
+use crate::session::Platform;
+use crate::sql::{Op, Point};
 use crate::store::{State, Store, validate_state_id};
 
 /// The most versions one `history` call lists.
 pub const MAX_LIMIT: u32 = 10_000;
-
-/// The ordinals (`seq`, see `sql::history`) of rows about to be written as JSON, one per id
-/// in order (an id twice gets two): one more than each id's highest, read in a request per
-/// [`SEQ_IDS_MAX_BYTES`] of ids. All 0, with no request, when the history keeps no count.
-pub(crate) fn ordinals<T: Transport, H: Platform>(
-    session: &Session<T, H>,
-    ids: &[&str],
-) -> Result<Vec<u64>> {
-    let mut highest = std::collections::HashMap::new();
-    let mut rest = ids;
-    while !rest.is_empty() {
-        let mut bytes = 0;
-        let end = rest
-            .iter()
-            .position(|id| {
-                bytes += id.len() + 3;
-                bytes > SEQ_IDS_MAX_BYTES
-            })
-            .unwrap_or(rest.len())
-            .max(1);
-        let Some(read) = session.sql.history_seqs(&rest[..end]) else {
-            return Ok(vec![0; ids.len()]);
-        };
-        for row in session.fetch(&read)? {
-            highest.insert(row.state_id, row.seq);
-        }
-        rest = &rest[end..];
-    }
-    Ok(ids
-        .iter()
-        .map(|id| {
-            let seq = highest.entry((*id).to_string()).or_insert(0);
-            *seq += 1;
-            *seq
-        })
-        .collect())
-}
 
 /// What `restore` did: the state it replaced (none when there was none or it was deleted) and
 /// the version it wrote.

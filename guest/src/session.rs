@@ -126,6 +126,41 @@ impl<T: Transport, H: Platform> Session<T, H> {
         self.run_counted(query)
     }
 
+    /// The ordinals (`seq`, see `sql::history`) of rows about to be written as JSON, one per id
+    /// in order (an id twice gets two): one more than each id's highest, read in a request per
+    /// [`crate::sql::SEQ_IDS_MAX_BYTES`] of ids. All 0, with no request, when the history
+    /// keeps no count.
+    pub fn ordinals(&self, ids: &[&str]) -> Result<Vec<u64>> {
+        let mut highest = std::collections::HashMap::new();
+        let mut rest = ids;
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let end = rest
+                .iter()
+                .position(|id| {
+                    bytes += id.len() + 3;
+                    bytes > crate::sql::SEQ_IDS_MAX_BYTES
+                })
+                .unwrap_or(rest.len())
+                .max(1);
+            let Some(read) = self.sql.history_seqs(&rest[..end]) else {
+                return Ok(vec![0; ids.len()]);
+            };
+            for row in self.fetch(&read)? {
+                highest.insert(row.state_id, row.seq);
+            }
+            rest = &rest[end..];
+        }
+        Ok(ids
+            .iter()
+            .map(|id| {
+                let seq = highest.entry((*id).to_string()).or_insert(0);
+                *seq += 1;
+                *seq
+            })
+            .collect())
+    }
+
     /// Runs a read and decodes every row of its answer.
     pub fn fetch<R: Decode>(&self, read: &Read<R>) -> Result<Vec<R>> {
         rows::all(&self.run(&read.query)?)

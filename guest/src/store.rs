@@ -452,7 +452,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
     fn bury(&self, tombstones: &[(&str, u64)], origin: &Origin<'_>) -> Result<()> {
         let mut data = Vec::with_capacity(tombstones.iter().map(|(id, _)| id.len() + 160).sum());
         let ids: Vec<&str> = tombstones.iter().map(|(id, _)| *id).collect();
-        let seqs = crate::history::ordinals(&self.session, &ids)?;
+        let seqs = self.session.ordinals(&ids)?;
         for ((state_id, version_ms), seq) in tombstones.iter().zip(seqs) {
             self.session
                 .sql
@@ -481,7 +481,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
             .sum();
         let mut data = Vec::with_capacity(capacity);
         let ids: Vec<&str> = rows.iter().map(|(s, _)| s.state_id.as_str()).collect();
-        let seqs = crate::history::ordinals(&self.session, &ids)?;
+        let seqs = self.session.ordinals(&ids)?;
         for ((state, version_ms), seq) in rows.iter().zip(seqs) {
             self.session
                 .sql

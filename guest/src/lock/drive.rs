@@ -160,9 +160,7 @@ fn send<T: Transport, H: Platform>(
                     return Ok(Answer::RowsWritten(Some(0)));
                 }
                 let mut data = Vec::new();
-                let seq = crate::history::ordinals(session, &[row.state_id])?
-                    .pop()
-                    .unwrap_or_default();
+                let seq = session.ordinals(&[row.state_id])?.pop().unwrap_or_default();
                 session.sql.encode_state(row, &origin, seq, &mut data)?;
                 session.run(&session.sql.insert_states(data, token))?;
                 Answer::RowsWritten(Some(1))
