@@ -13,8 +13,9 @@
 //! the table's key after the id, and ReplacingMergeTree keeps the newest row of each slot. With
 //! no count, a row's slot is its version, so nothing is replaced but a version written twice;
 //! with a count N, a row's slot is its ordinal within the id (`seq`, one more than the id's
-//! highest) modulo N, so a write replaces the version N before it. Reads are `FINAL`, so they
-//! show what merges will keep before they run.
+//! highest) modulo N, so a write replaces the version N before it. With a count, reads are
+//! `FINAL`, so they show what merges will keep before they run; with none, the only rows a
+//! merge replaces are a version written twice, which reads show once anyway.
 
 use super::{Query, Read, Statements, quote_identifier};
 use crate::config::Config;
@@ -127,6 +128,11 @@ impl History {
         }
     }
 
+    /// `FINAL` for reads when a count is kept (see the module's comment), else nothing.
+    fn final_clause(&self) -> &'static str {
+        if self.versions > 0 { " FINAL" } else { "" }
+    }
+
     /// A row's slot: its version with no count, else its ordinal modulo the count.
     pub(super) fn slot(&self, seq: u64, version_ms: u64) -> u64 {
         match self.versions {
@@ -221,10 +227,11 @@ impl Statements {
         let history = self.history.as_ref()?;
         Some(
             Query::new(format!(
-                "SELECT {ENTRY_COLUMNS} FROM {} FINAL WHERE state_id = {{id:String}} \
+                "SELECT {ENTRY_COLUMNS} FROM {}{} WHERE state_id = {{id:String}} \
                  ORDER BY updated_at DESC LIMIT 1 BY updated_at LIMIT {{limit:UInt32}} \
                  FORMAT JSONEachRow",
-                history.table
+                history.table,
+                history.final_clause()
             ))
             .param("id", state_id)
             .param("limit", limit.to_string())
@@ -244,10 +251,11 @@ impl Statements {
         };
         Some(
             Query::new(format!(
-                "SELECT {ENTRY_COLUMNS} FROM {} FINAL WHERE state_id = {{id:String}} \
+                "SELECT {ENTRY_COLUMNS} FROM {}{} WHERE state_id = {{id:String}} \
                  AND updated_at {condition} fromUnixTimestamp64Milli(toInt64({{at:UInt64}})) \
                  ORDER BY updated_at DESC LIMIT 1 FORMAT JSONEachRow",
-                history.table
+                history.table,
+                history.final_clause()
             ))
             .param("id", state_id)
             .param("at", at.to_string())
@@ -259,9 +267,9 @@ impl Statements {
 
     /// The highest ordinal of each of `ids` that the history has, as JSONEachRow
     /// `{"state_id", "seq"}`: where a JSON insert's rows go on from, when the history keeps a
-    /// count (None otherwise: no ordinal is kept). The ids travel as one parameter, a JSON array (an
-    /// `Array(String)` parameter is not unescaped as other parameters are), so a caller sends
-    /// at most [`SEQ_IDS_MAX_BYTES`] of them at a time.
+    /// count (None otherwise: no ordinal is kept). The ids travel as one parameter, a JSON
+    /// array (an `Array(String)` parameter is not unescaped as other parameters are), so a
+    /// caller sends at most [`SEQ_IDS_MAX_BYTES`] of them at a time.
     pub fn history_seqs(&self, ids: &[&str]) -> Option<Read<rows::Seq>> {
         let history = self.history.as_ref().filter(|h| h.versions > 0)?;
         Some(
@@ -287,8 +295,9 @@ impl Statements {
                 "SELECT count(DISTINCT updated_at) AS versions, \
                  toUnixTimestamp64Milli(min(updated_at)) AS oldest, \
                  toUnixTimestamp64Milli(max(updated_at)) AS newest \
-                 FROM {} FINAL WHERE state_id = {{id:String}} FORMAT JSONEachRow",
-                history.table
+                 FROM {}{} WHERE state_id = {{id:String}} FORMAT JSONEachRow",
+                history.table,
+                history.final_clause()
             ))
             .param("id", state_id)
             .one_row_of_nothing()

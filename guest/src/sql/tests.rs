@@ -292,6 +292,9 @@ fn a_count_per_id_keeps_versions_by_slot() {
     assert!(guarded.contains(", 0, {version:UInt64} FROM"), "{guarded}");
     assert!(!guarded.contains("max(seq)"), "{guarded}");
     assert!(off.history_seqs(&["a"]).is_none());
+    // Reads merge slots (FINAL) only where merges replace versions: with a count.
+    let read = |s: &Statements| s.history("a", 1).expect("on").query.sql;
+    assert!(!read(&off).contains("FINAL"), "{}", read(&off));
 
     let config = Config::parse(
         "clickhouse://u@h/db",
@@ -326,6 +329,7 @@ fn a_count_per_id_keeps_versions_by_slot() {
         "{}",
         String::from_utf8_lossy(&data)
     );
+    assert!(read(&on).contains("FINAL"), "{}", read(&on));
     let table = &on.migration()[4].sql;
     assert!(
         table.contains("ENGINE = ReplacingMergeTree(updated_at) ORDER BY (state_id, slot)"),
