@@ -64,8 +64,12 @@ fn written_rows(summary: &str) -> Option<u64> {
 pub enum TransportError {
     /// The host's policy refused the request.
     Denied(String),
-    /// The peer cannot be talked to, and trying again will not change that (TLS, not HTTP).
+    /// The peer cannot be talked to, and trying again will not change that (TLS).
     Incompatible(String),
+    /// The answer was not HTTP: a peer that does not speak it, or a dropped connection that
+    /// the host words so (Node's WASI shim reports a reset as an HTTP protocol error). Tried
+    /// again like a reset until it repeats [`GARBLED_TRIES`] times in a row, then given up.
+    Garbled(String),
     /// Connection refused, DNS failure, TLS failure, connection reset...
     Unreachable(String),
     /// No answer in time.
@@ -77,6 +81,10 @@ pub trait Transport {
     fn send(&self, request: Request) -> std::result::Result<Response, TransportError>;
 }
 
+/// Answers in a row that were not HTTP before a request is given up as one to a peer that does
+/// not speak it (see [`TransportError::Garbled`]).
+pub const GARBLED_TRIES: u32 = 3;
+
 /// A ClickHouse endpoint with credentials.
 pub struct Client<T> {
     transport: T,
@@ -86,6 +94,8 @@ pub struct Client<T> {
     database: String,
     user: String,
     password: Secret,
+    /// Answers in a row that were not HTTP (see [`TransportError::Garbled`]).
+    garbled: std::cell::Cell<u32>,
 }
 
 impl<T: Transport> Client<T> {
@@ -98,6 +108,7 @@ impl<T: Transport> Client<T> {
             database: config.database.clone(),
             user: config.user.clone(),
             password: config.password.clone(),
+            garbled: std::cell::Cell::new(0),
         }
     }
 
@@ -114,10 +125,11 @@ impl<T: Transport> Client<T> {
     /// Runs a query; returns the body with what the summary header counted.
     pub fn answer(&self, query: &Query, settings: &[(&str, &str)]) -> Result<Answer> {
         let request = self.request(query, settings);
-        let response = self
-            .transport
-            .send(request)
-            .map_err(|e| self.transport_error(e))?;
+        let sent = self.transport.send(request);
+        let garbled = matches!(sent, Err(TransportError::Garbled(_)));
+        self.garbled
+            .set(if garbled { self.garbled.get() + 1 } else { 0 });
+        let response = sent.map_err(|e| self.transport_error(e))?;
         let written_rows = response
             .header("X-ClickHouse-Summary")
             .and_then(written_rows);
@@ -181,6 +193,16 @@ impl<T: Transport> Client<T> {
             }
             TransportError::Unreachable(m) => {
                 Error::Unreachable(self.redact(&format!("cannot reach {}: {m}", self.endpoint)))
+            }
+            TransportError::Garbled(m) if self.garbled.get() < GARBLED_TRIES => {
+                Error::Unreachable(self.redact(&format!("cannot reach {}: {m}", self.endpoint)))
+            }
+            TransportError::Garbled(m) => {
+                self.garbled.set(0);
+                Error::Refused(self.redact(&format!(
+                    "cannot reach {}: {m} ({GARBLED_TRIES} times in a row)",
+                    self.endpoint
+                )))
             }
             TransportError::Timeout(m) => Error::Timeout(
                 self.redact(&format!("no answer from {} in time: {m}", self.endpoint)),
@@ -584,5 +606,28 @@ mod tests {
             "{err:?}"
         );
         assert!(!err.is_transient());
+    }
+
+    /// An answer that is not HTTP is tried again like a reset (a host may word a reset so),
+    /// until it repeats GARBLED_TRIES times in a row; then it is a peer that does not speak
+    /// HTTP, given up at once. An answer in between starts the count again.
+    #[test]
+    fn an_answer_that_is_not_http_is_transient_until_it_repeats() {
+        let garbled = Canned {
+            response: Err(TransportError::Garbled("HTTP protocol error".into())),
+            seen: RefCell::new(Vec::new()),
+        };
+        let client = Client::new(&config(), &garbled);
+        for _ in 1..GARBLED_TRIES {
+            let err = client.execute(&query()).unwrap_err();
+            assert!(err.is_transient(), "{err:?}");
+        }
+        let err = client.execute(&query()).unwrap_err();
+        assert!(
+            matches!(&err, Error::Refused(m) if m.contains("3 times in a row")),
+            "{err:?}"
+        );
+        // The count starts again after it gives up.
+        assert!(client.execute(&query()).unwrap_err().is_transient());
     }
 }

@@ -164,8 +164,8 @@ fn error_code(code: ErrorCode) -> TransportError {
         | ErrorCode::DnsTimeout => TransportError::Timeout(describe(&code)),
         ErrorCode::TlsProtocolError
         | ErrorCode::TlsCertificateError
-        | ErrorCode::TlsAlertReceived(_)
-        | ErrorCode::HttpProtocolError => TransportError::Incompatible(describe(&code)),
+        | ErrorCode::TlsAlertReceived(_) => TransportError::Incompatible(describe(&code)),
+        ErrorCode::HttpProtocolError => TransportError::Garbled(describe(&code)),
         other => TransportError::Unreachable(describe(&other)),
     }
 }

@@ -279,6 +279,8 @@ BAD_VALUES = {
     "ca_bundle": "/nonexistent/ca.pem",
     "lock_timeout_seconds": -5,
     "lock_retry_seconds": 0,
+    "history_days": 3651,
+    "history_versions": -1,
 }
 
 
@@ -305,9 +307,11 @@ def test_every_meltano_setting_of_ours_is_tested_or_cannot_be_wrong():
         if s.name.startswith("state_backend.clickhouse.")
     }
     # password: any text is a password; allow_loopback, refuse_private, ignore_proxy_env:
-    # booleans Meltano casts (each has a test of its own); the client pair: the next test.
+    # booleans Meltano casts (each has a test of its own), and history, a boolean too; the
+    # client pair: the next test.
     assert ours - set(BAD_VALUES) == {
         "password",
+        "history",
         "allow_loopback",
         "refuse_private",
         "ignore_proxy_env",

@@ -70,6 +70,9 @@ pub enum Fault {
     /// The answer comes this much later than the server sent it, over the connection it came
     /// on (a slow server, not a broken one). Never drawn by a [`FaultSchedule`].
     Late(std::time::Duration),
+    /// The request never leaves, and the answer is an HTTP protocol error: how Node's WASI
+    /// shim words a reset connection. Never drawn by a [`FaultSchedule`].
+    Garbled,
     /// The request never leaves, and a 200 says `written_rows` were written (what the insert
     /// reports when it lands: a row through the history's view counts twice): a server that
     /// loses an insert it acknowledged, for tests that must be able to see a loss. Never drawn
@@ -158,6 +161,7 @@ async fn apply(
 ) -> Result<Sent, HttpError> {
     match fault {
         Fault::Refused => Err(HttpError::ConnectionRefused),
+        Fault::Garbled => Err(HttpError::HttpProtocolError),
         Fault::ResetBeforeResponse => {
             complete(sender.send(request, options, addresses).await?).await?;
             Err(HttpError::ConnectionTerminated)

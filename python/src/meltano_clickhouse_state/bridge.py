@@ -71,6 +71,9 @@ _INHERITED_NOT = frozenset(
     }
 )
 _URI_VAR = "MELTANO_STATE_BACKEND_URI"
+#: Meltano's own variables for our settings, which the CLI reads when run beside Meltano: here
+#: Meltano has resolved them already, and the host gets the result as flags and settings.
+_MELTANO_PREFIX = "MELTANO_STATE_BACKEND_CLICKHOUSE_"
 _PASSWORD_VAR = "CLICKHOUSE_PASSWORD"
 #: How long the host may take to start: loading the component compiles it on first use.
 _START_SECONDS = 300.0
@@ -234,7 +237,9 @@ class HostConfig:
         env = {
             name: value
             for name, value in os.environ.items()
-            if name not in _INHERITED_NOT and name != _URI_VAR
+            if name not in _INHERITED_NOT
+            and name != _URI_VAR
+            and not name.startswith(_MELTANO_PREFIX)
         }
         env[_URI_VAR] = self.uri
         for name, value in self.settings:

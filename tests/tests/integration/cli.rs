@@ -523,6 +523,17 @@ fn a_wrong_password_never_appears_in_any_output() {
             .args(["--log", "debug", "export"])
             .output()
             .unwrap(),
+        // Meltano's variable, read beside Meltano, and the history's commands.
+        cli.command()
+            .env("MELTANO_STATE_BACKEND_CLICKHOUSE_PASSWORD", secret)
+            .args(["--log", "debug", "history", "x"])
+            .output()
+            .unwrap(),
+        cli.command()
+            .env("MELTANO_STATE_BACKEND_CLICKHOUSE_PASSWORD", secret)
+            .args(["--log", "debug", "restore", "x", "--to", "1"])
+            .output()
+            .unwrap(),
     ];
     for output in &runs {
         assert_eq!(output.status.code(), Some(3), "{}", stderr(output));

@@ -490,3 +490,94 @@ async fn a_set_resent_after_a_delete_does_not_bring_the_state_back() {
         other => panic!("expected the set's outcome reported unknown, got {other:?}"),
     }
 }
+
+/// Answers the first `garbled` requests with an HTTP protocol error, as Node's WASI shim words a
+/// reset connection; counts the requests.
+struct GarbleFirst {
+    garbled: u64,
+    requests: std::sync::atomic::AtomicU64,
+}
+
+impl FaultPlan for GarbleFirst {
+    fn fault(&self, _: &http::Method, _: &http::Uri) -> Option<Fault> {
+        (self.requests.fetch_add(1, Ordering::SeqCst) < self.garbled).then_some(Fault::Garbled)
+    }
+}
+
+/// A reset that a host words as an HTTP protocol error is tried again like any reset; one that
+/// keeps coming is a peer that does not speak HTTP, given up after `GARBLED_TRIES` tries rather
+/// than after the whole retry budget.
+#[tokio::test]
+async fn a_reset_worded_as_a_protocol_error_is_tried_again() {
+    let table = TestTable::new("garbled");
+    let open = |garbled: u64| {
+        let plan = Arc::new(GarbleFirst {
+            garbled,
+            requests: Default::default(),
+        });
+        let options = InstanceOptions {
+            label: "garbled".into(),
+            faults: Some(plan.clone()),
+            ..InstanceOptions::default()
+        };
+        let settings = table.with(&[("retry_backoff_seconds", "0.01")]);
+        let uri = table.target.uri();
+        async move {
+            let backend = runtime().open_with(&uri, settings, options).await.unwrap();
+            (backend, plan)
+        }
+    };
+    let (mut b, plan) = open(2).await;
+    b.set(&State::completed("s", "{}"))
+        .await
+        .expect("tried again past two garbled answers");
+    assert!(plan.requests.load(Ordering::SeqCst) > 2);
+
+    let (mut b, plan) = open(u64::MAX).await;
+    let started = std::time::Instant::now();
+    let err = b.get("s").await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Unreachable(m) if m.contains("in a row")),
+        "{err:?}"
+    );
+    assert_eq!(
+        plan.requests.load(Ordering::SeqCst),
+        u64::from(clickhouse_state::http::GARBLED_TRIES)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "not the whole budget"
+    );
+}
+
+/// A server that resets every connection it accepts: each try is one connection, and a call
+/// tries again as `retries` allows before it fails as unreachable.
+#[tokio::test]
+async fn a_server_that_resets_every_connection_is_tried_again() {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = accepted.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+            let _ = stream.read(&mut [0u8; 4096]);
+            // Dropped with SO_LINGER 0: a reset, not a close.
+        }
+    });
+    let uri = format!("clickhouse://default:@127.0.0.1:{port}/default");
+    let settings = vec![
+        ("retries".to_string(), "3".to_string()),
+        ("retry_backoff_seconds".to_string(), "0.01".to_string()),
+    ];
+    let mut b = runtime().open(&uri, settings).await.unwrap();
+    let err = b.get("x").await.unwrap_err();
+    assert!(matches!(err, Error::Unreachable(_)), "{err:?}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        4,
+        "one try and three retries"
+    );
+}

@@ -209,6 +209,35 @@ async fn reading_what_is_not_there_is_a_clear_error() {
     assert!(raw_history(&table, "never").is_empty());
 }
 
+/// A version in the history twice (a retry after the server wrote the history's part and
+/// failed) is read once: listed once, counted once, and merged into one row.
+#[tokio::test]
+async fn a_version_written_twice_is_read_once() {
+    let table = TestTable::new("hist_twice");
+    let mut b = table.open().await;
+    b.set(&State::completed("s", bookmarks(1))).await.unwrap();
+    let history = format!("{SCHEMA}.{}_history", table.name);
+    // The same row again, as a retry would write it (its view passes it on to the state table
+    // too, where the id's merge keeps one).
+    table.target.must(&format!(
+        "INSERT INTO {history} SETTINGS insert_deduplicate = 0 \
+         SELECT * FROM {history} WHERE state_id = 's'"
+    ));
+    assert_eq!(raw_history(&table, "s").len(), 2);
+    let listed = b.history("s", 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let m = b
+        .get_at("s", Point::Version(listed[0].version - 1))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("1 version(s)"), "{m}");
+    table
+        .target
+        .must(&format!("OPTIMIZE TABLE {history} FINAL"));
+    assert_eq!(raw_history(&table, "s").len(), 1);
+}
+
 #[tokio::test]
 async fn restore_writes_the_old_state_as_a_new_version_and_says_what_it_replaced() {
     let table = TestTable::new("hist_restore");
