@@ -109,6 +109,7 @@ test: guest
     fi
     trap '[[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
     {{just_executable()}} test-clickhouse
+    {{just_executable()}} test-node
     # The outage tests (tests/tests/outage.rs) spend minutes waiting for their own ClickHouse
     # to come back, with little CPU: their binary runs beside the other suites.
     cargo test --workspace --no-run
@@ -124,6 +125,19 @@ test: guest
     {{just_executable()}} test-wheel
     # --workspace: the same dependency features as the test build above, so nothing rebuilds
     BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
+
+# The Node host (hosts/node): the built component transpiled by jco into hosts/node/gen, its
+# own imports mapped to the host's glue and its outgoing HTTP to the host's egress policy
+node-host: guest
+    cd hosts/node && node_modules/.bin/jco transpile ../../target/wasm32-wasip2/release-guest/clickhouse_state.wasm \
+        -o gen --quiet --map 'meltano:state-backend/*=../src/glue.js#*' \
+        --map 'wasi:http/outgoing-handler=../src/policy.js#outgoingHandler'
+
+# The Node host's own tests (its egress policy, resets), then the shared conformance cases
+# (tests/conformance/cases.json) through it
+test-node: node-host clickhouse-start
+    cd hosts/node && node --test test/
+    cd hosts/node && node conformance.js
 
 # The lock's model, running the guest's own update machine: checks every state within its bounds
 model:

@@ -82,6 +82,18 @@ elif [[ "$(cat "$lint_stamp" 2>/dev/null)" != "$(sha256sum < "$lint_lock")" ]]; 
   sha256sum < "$lint_lock" > "$lint_stamp"
 fi
 
+# The Node host's npm modules (jco, the WASI shim: hosts/node, pinned, with a lockfile), for
+# `just test-node`; installed when the lockfile changes.
+node_lock=hosts/node/package-lock.json
+node_stamp=hosts/node/node_modules/.lock.sha256
+if ! command -v npm >/dev/null; then
+  echo "bootstrap: no npm (Node.js), so no Node host: \`just test-node\` will stop there" >&2
+elif [[ "$(cat "$node_stamp" 2>/dev/null)" != "$(sha256sum < "$node_lock")" ]]; then
+  echo "bootstrap: installing the Node host's modules (npm) into hosts/node/node_modules" >&2
+  npm ci --prefix hosts/node --silent --no-audit --no-fund
+  sha256sum < "$node_lock" > "$node_stamp"
+fi
+
 if (($#)); then
   exec "$venv/bin/just" "$@"
 fi

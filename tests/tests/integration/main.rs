@@ -12,6 +12,7 @@ mod bad_input;
 mod cli;
 mod clickhouse_crate;
 mod compile_cache;
+mod conformance;
 mod deployment;
 mod docs;
 mod docs_figures;

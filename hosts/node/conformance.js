@@ -1,0 +1,130 @@
+// Runs the shared conformance cases (tests/conformance/cases.json) through this host against the
+// ClickHouse at $CLICKHOUSE_URL (default http://default:@127.0.0.1:8123), each case on a table of
+// its own. `node conformance.js [--component gen/clickhouse_state.js] [NAME-SUBSTRING]`.
+// Prints one line per case; exits 1 when any fails.
+
+import { readFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { isIP } from "node:net";
+import { BackendError, open } from "./src/index.js";
+
+const args = process.argv.slice(2);
+const componentAt = args.indexOf("--component");
+const component = componentAt >= 0 ? args.splice(componentAt, 2)[1] : undefined;
+const only = args[0];
+
+const cases = JSON.parse(
+  readFileSync(new URL("../../tests/conformance/cases.json", import.meta.url), "utf8"),
+).cases;
+
+const url = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
+if (url.pathname === "/" || url.pathname === "") url.pathname = "/default";
+const host = url.hostname.replace(/^\[|\]$/g, "");
+const loopback = host === "localhost" || (isIP(host) && /^(127\.|::1$)/.test(host));
+const run = randomBytes(4).toString("hex");
+
+/** Host values in the cases' form: snake_case keys, numbers for u64s, parts parsed as JSON. */
+function canonical(value) {
+  if (typeof value === "bigint") return Number(value);
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value && typeof value === "object") {
+    const out = {};
+    for (const [key, v] of Object.entries(value)) {
+      const snake = key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+      out[snake] = (snake === "partial" || snake === "completed") && typeof v === "string"
+        ? JSON.parse(v)
+        : canonical(v);
+    }
+    return out;
+  }
+  return value ?? null;
+}
+
+/** A state of the cases as the host takes it. */
+const state = (s) => ({ stateId: s.state_id, partial: s.partial, completed: s.completed });
+
+const equal = (a, b) => JSON.stringify(sorted(a)) === JSON.stringify(sorted(b));
+function sorted(v) {
+  if (Array.isArray(v)) return v.map(sorted);
+  if (v && typeof v === "object") {
+    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sorted(v[k])]));
+  }
+  return v;
+}
+
+async function step(stores, locks, s) {
+  const store = stores[s.store ?? "a"];
+  switch (s.op) {
+    case "get": return store.get(s.state_id);
+    case "set": return store.set(state(s.state));
+    case "update": return store.update(state(s.state));
+    case "delete": return store.delete(s.state_id);
+    case "clear": return store.clear(s.state_id);
+    case "state_ids": return store.stateIds(s.pattern ?? undefined);
+    case "get_all": return store.getAll(s.pattern ?? undefined);
+    case "set_all": return store.setAll(s.states.map(state));
+    case "clear_all": return store.clearAll();
+    case "lock_info": return store.lockInfo(s.state_id);
+    case "force_unlock": return store.forceUnlock(s.state_id);
+    case "acquire_lock": locks[s.lock] = await store.acquireLock(s.state_id); return undefined;
+    case "release": return locks[s.lock].release();
+    case "renew": return locks[s.lock].renew();
+    case "set_locked": return store.setLocked(state(s.state), locks[s.lock]);
+    default: throw new Error(`the cases name an operation this runner lacks: ${s.op}`);
+  }
+}
+
+async function runCase(c, n) {
+  const settings = { schema: "conformance", table: `node_${run}_${n}` };
+  const names = new Set(["a", ...Object.keys(c.settings ?? {}), ...(c.steps ?? []).map((s) => s.store ?? "a")]);
+  const stores = {};
+  try {
+    for (const name of names) {
+      try {
+        stores[name] = await open(url.href, { ...settings, ...(c.settings?.[name] ?? {}) }, {
+          allowLoopback: loopback,
+          component,
+        });
+        if (c.open_error) return `opened, expected ${c.open_error}`;
+      } catch (e) {
+        if (c.open_error && e instanceof BackendError && e.kind === c.open_error) return null;
+        throw e;
+      }
+    }
+    const locks = {};
+    for (const [i, s] of (c.steps ?? []).entries()) {
+      let got;
+      try {
+        got = canonical(await step(stores, locks, s));
+      } catch (e) {
+        if (!(e instanceof BackendError)) throw e;
+        if (s.error === e.kind) continue;
+        return `step ${i + 1} (${s.op}): ${e.kind}: ${e.message}`;
+      }
+      if (s.error) return `step ${i + 1} (${s.op}): expected ${s.error}, got ${JSON.stringify(got)}`;
+      const expected = "expect" in s ? canonical(JSON.parse(JSON.stringify(s.expect), (k, v) =>
+        (k === "partial" || k === "completed") && typeof v === "string" ? JSON.parse(v) : v)) : undefined;
+      if ("expect" in s && !equal(got, expected)) {
+        return `step ${i + 1} (${s.op}): expected ${JSON.stringify(expected)}, got ${JSON.stringify(got)}`;
+      }
+      for (const [k, v] of Object.entries(s.expect_fields ?? {})) {
+        if (!got || !equal(got[k], v)) return `step ${i + 1} (${s.op}): ${k} is ${JSON.stringify(got?.[k])}, expected ${JSON.stringify(v)}`;
+      }
+    }
+    return null;
+  } finally {
+    for (const store of Object.values(stores)) await store.close().catch(() => {});
+  }
+}
+
+let failed = 0;
+let ran = 0;
+for (const [n, c] of cases.entries()) {
+  if (only && !c.name.includes(only)) continue;
+  ran++;
+  const problem = await runCase(c, n).catch((e) => `${e?.stack ?? e}`);
+  console.log(`${problem ? "FAIL" : "ok  "} ${c.name}${problem ? `: ${problem}` : ""}`);
+  if (problem) failed++;
+}
+console.log(`node host: ${ran - failed} of ${ran} conformance cases passed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,124 @@
+// The Node host's API: one Worker per store, where the component runs; every call is a message
+// to it and a promise of its answer. The types are in index.d.ts, over the ones jco generates
+// from the WIT (gen/).
+
+import { Worker } from "node:worker_threads";
+import { fileURLToPath } from "node:url";
+
+const WORKER = fileURLToPath(new URL("./worker.js", import.meta.url));
+/** The transpiled component (`just node-host` writes it). */
+export const DEFAULT_COMPONENT = fileURLToPath(new URL("../gen/clickhouse_state.js", import.meta.url));
+
+/** A failure of the contract (`kind` is its error case: "locked", "unreachable"...), or of
+ * this host ("host"). */
+export class BackendError extends Error {
+  constructor({ kind, message, detail }) {
+    super(`${kind}: ${message}`);
+    this.name = "BackendError";
+    this.kind = kind;
+    this.detail = detail;
+  }
+}
+
+/** Opens a store: `settings` as the component takes them (`{ table: "state" }`); `options`:
+ * `allowLoopback`, `refusePrivate`, `logLevel` ("warn"), `component` (a transpiled module). */
+export async function open(uri, settings = {}, options = {}) {
+  const worker = new Worker(WORKER, {
+    workerData: {
+      component: options.component ?? DEFAULT_COMPONENT,
+      allowLoopback: options.allowLoopback ?? false,
+      refusePrivate: options.refusePrivate ?? false,
+      logLevel: options.logLevel ?? "warn",
+    },
+  });
+  const store = new Store(worker);
+  try {
+    await store.call("open", uri, Object.entries(settings).map(([k, v]) => [k, String(v)]));
+  } catch (e) {
+    await worker.terminate();
+    throw e;
+  }
+  return store;
+}
+
+export class Store {
+  #worker;
+  #pending = new Map();
+  #next = 1;
+
+  constructor(worker) {
+    this.#worker = worker;
+    worker.on("message", ({ id, ok, value, error }) => {
+      const waiting = this.#pending.get(id);
+      this.#pending.delete(id);
+      if (ok) waiting?.resolve(value);
+      else waiting?.reject(new BackendError(error));
+    });
+    worker.on("error", (e) => this.#failAll(e));
+    worker.on("exit", (code) => this.#failAll(new Error(`the store's worker exited (${code})`)));
+  }
+
+  #failAll(cause) {
+    for (const { reject } of this.#pending.values()) {
+      reject(new BackendError({ kind: "host", message: cause.message }));
+    }
+    this.#pending.clear();
+  }
+
+  /** One operation of the component, by name (see src/worker.js). */
+  call(op, ...args) {
+    const id = this.#next++;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject });
+      this.#worker.postMessage({ id, op, args });
+    });
+  }
+
+  get(stateId) { return this.call("get", stateId); }
+  set(state) { return this.call("set", state); }
+  update(state) { return this.call("update", state); }
+  delete(stateId) { return this.call("delete", stateId); }
+  clear(stateId) { return this.call("clear", stateId); }
+  stateIds(pattern) { return this.call("stateIds", pattern ?? null); }
+  getAll(pattern) { return this.call("getAll", pattern ?? null); }
+  setAll(states) { return this.call("setAll", states); }
+  clearAll() { return this.call("clearAll"); }
+  lockInfo(stateId) { return this.call("lockInfo", stateId); }
+  forceUnlock(stateId) { return this.call("forceUnlock", stateId); }
+  history(stateId, limit = 20) { return this.call("history", stateId, limit); }
+  getAt(stateId, point) { return this.call("getAt", stateId, point); }
+  migrate() { return this.call("migrate"); }
+  schema() { return this.call("schema"); }
+  idle() { return this.call("idle"); }
+
+  async acquireLock(stateId) {
+    const { handle, token } = await this.call("acquireLock", stateId);
+    return new Lock(this, handle, stateId, token);
+  }
+  setLocked(state, lock) { return this.call("setLocked", state, lock.handle); }
+  deleteLocked(lock) { return this.call("deleteLocked", lock.handle); }
+  restoreLocked(point, lock) { return this.call("restoreLocked", point, lock.handle); }
+  clearStreamsLocked(streams, lock) { return this.call("clearStreamsLocked", streams, lock.handle); }
+
+  /** Gives back what the store holds and ends its worker. */
+  async close() {
+    try {
+      await this.call("close");
+    } finally {
+      await this.#worker.terminate();
+    }
+  }
+}
+
+/** A held lock: its id, fencing token, and what renews or gives it back. */
+export class Lock {
+  constructor(store, handle, stateId, token) {
+    this.store = store;
+    this.handle = handle;
+    this.stateId = stateId;
+    this.token = token;
+  }
+  info() { return this.store.call("lockInfoOf", this.handle); }
+  renew() { return this.store.call("renew", this.handle); }
+  release() { return this.store.call("release", this.handle); }
+}
