@@ -281,9 +281,9 @@ meltano-install venv: wheel
         target/wheels/meltano_state_backend_clickhouse_wasm-*-manylinux*_x86_64.whl
     @echo "installed into {{venv}}: set MELTANO_STATE_BACKEND_URI=clickhouse://user:password@host:port/database"
 
-# Its five benchmarks, one after the other, each writing its own sections (release builds).
+# Its six benchmarks, one after the other, each writing its own sections (release builds).
 # The whole benchmark report, tests/benches/results/report.md (about 50 minutes)
-bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30") bench-history
+bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30") bench-history bench-hosts
 
 # Overhead vs raw HTTP, scale, lock, component, keep-alive, noisy neighbours, long streams;
 # and latency.svg. Sections 1-7 of the report (about 40 minutes; release build)
@@ -311,6 +311,10 @@ bench-floor *ARGS: clickhouse-start
 bench-alternation: guest clickhouse-start
     cargo build --release -p meltano-state-host
     cargo bench -p integration-tests --bench alternation
+
+# The same component through the Rust host and the Node host, operation by operation (section 12)
+bench-hosts: node-host clickhouse-start
+    cargo bench -p integration-tests --bench hosts
 
 # What the history costs: the update stream with it on and off, reads of 100,000 versions
 bench-history: guest clickhouse-start

