@@ -40,6 +40,11 @@ function canonical(value) {
   return value ?? null;
 }
 
+/** A value of the cases with its states' parts parsed, as `canonical` gives them. */
+const expected = (value) =>
+  canonical(JSON.parse(JSON.stringify(value), (k, v) =>
+    (k === "partial" || k === "completed") && typeof v === "string" ? JSON.parse(v) : v));
+
 /** A state of the cases as the host takes it. */
 const state = (s) => ({ stateId: s.state_id, partial: s.partial, completed: s.completed });
 
@@ -102,14 +107,18 @@ async function runCase(c, n) {
         return `step ${i + 1} (${s.op}): ${e.kind}: ${e.message}`;
       }
       if (s.error) return `step ${i + 1} (${s.op}): expected ${s.error}, got ${JSON.stringify(got)}`;
-      const expected = "expect" in s ? canonical(JSON.parse(JSON.stringify(s.expect), (k, v) =>
-        (k === "partial" || k === "completed") && typeof v === "string" ? JSON.parse(v) : v)) : undefined;
-      if ("expect" in s && !equal(got, expected)) {
-        return `step ${i + 1} (${s.op}): expected ${JSON.stringify(expected)}, got ${JSON.stringify(got)}`;
+      const want = "expect" in s ? expected(s.expect) : undefined;
+      if ("expect" in s && !equal(got, want)) {
+        return `step ${i + 1} (${s.op}): expected ${JSON.stringify(want)}, got ${JSON.stringify(got)}`;
       }
       for (const [k, v] of Object.entries(s.expect_fields ?? {})) {
         if (!got || !equal(got[k], v)) return `step ${i + 1} (${s.op}): ${k} is ${JSON.stringify(got?.[k])}, expected ${JSON.stringify(v)}`;
       }
+    }
+    if ("rows" in c) {
+      const got = canonical(await stores.a.getAll());
+      const want = expected(c.rows);
+      if (!equal(got, want)) return `rows: expected ${JSON.stringify(want)}, got ${JSON.stringify(got)}`;
     }
     return null;
   } finally {

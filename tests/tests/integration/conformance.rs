@@ -193,6 +193,16 @@ async fn run_case(case: &Value) -> Option<String> {
             }
         }
     }
+    if let Some(want) = case.get("rows").map(expected) {
+        let store = stores.get_mut("a").expect("store a");
+        let got = match store.get_all(None).await {
+            Ok(all) => Value::Array(all.iter().map(state_json).collect()),
+            Err(e) => return Some(format!("rows: {e}")),
+        };
+        if got != want {
+            return Some(format!("rows: expected {want}, got {got}"));
+        }
+    }
     for (_, store) in stores {
         let _ = store.close().await;
     }
