@@ -629,5 +629,32 @@ mod tests {
         );
         // The count starts again after it gives up.
         assert!(client.execute(&query()).unwrap_err().is_transient());
+
+        // And after an answer: two garbled, one answer, two garbled are all tried again.
+        let garbled = || Err(TransportError::Garbled("HTTP protocol error".into()));
+        let answer = canned(200, &[], "1").response;
+        let mixed = Sequence(RefCell::new(vec![
+            garbled(),
+            garbled(),
+            answer,
+            garbled(),
+            garbled(),
+        ]));
+        let client = Client::new(&config(), &mixed);
+        for expect_ok in [false, false, true, false, false] {
+            match client.execute(&query()) {
+                Ok(_) => assert!(expect_ok),
+                Err(e) => assert!(!expect_ok && e.is_transient(), "{e:?}"),
+            }
+        }
+    }
+
+    /// Answers in the order given.
+    struct Sequence(RefCell<Vec<std::result::Result<Response, TransportError>>>);
+
+    impl Transport for &Sequence {
+        fn send(&self, _: Request) -> std::result::Result<Response, TransportError> {
+            self.0.borrow_mut().remove(0)
+        }
     }
 }

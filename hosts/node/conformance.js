@@ -136,4 +136,4 @@ for (const [n, c] of cases.entries()) {
   if (problem) failed++;
 }
 console.log(`node host: ${ran - failed} of ${ran} conformance cases passed`);
-process.exit(failed ? 1 : 0);
+process.exit(failed || ran === 0 ? 1 : 0);

@@ -108,6 +108,9 @@ fn main() {
         ours.update(&partial(0)).await.expect("warm");
         let (mut rust, mut node) = (BTreeMap::new(), BTreeMap::new());
         for _ in 0..rounds {
+            // The kept lock may have lapsed during the Node batch; each batch starts holding it,
+            // as the Node batch's own warm-up does.
+            ours.update(&partial(0)).await.expect("warm");
             rust_batch(&mut ours, count, &mut rust).await;
             node_batch(&node_table, count, &mut node);
         }

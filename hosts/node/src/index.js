@@ -33,7 +33,7 @@ export async function open(uri, settings = {}, options = {}) {
   });
   const store = new Store(worker);
   try {
-    await store.call("open", uri, Object.entries(settings).map(([k, v]) => [k, String(v)]));
+    await store.call("open", uri, Object.entries(settings ?? {}).map(([k, v]) => [k, String(v)]));
   } catch (e) {
     await worker.terminate();
     throw e;
@@ -45,6 +45,8 @@ export class Store {
   #worker;
   #pending = new Map();
   #next = 1;
+  /** Why the worker is gone (closed, crashed), once it is: every call then fails at once. */
+  #dead = null;
 
   constructor(worker) {
     this.#worker = worker;
@@ -59,6 +61,7 @@ export class Store {
   }
 
   #failAll(cause) {
+    this.#dead ??= cause.message;
     for (const { reject } of this.#pending.values()) {
       reject(new BackendError({ kind: "host", message: cause.message }));
     }
@@ -67,6 +70,9 @@ export class Store {
 
   /** One operation of the component, by name (see src/worker.js). */
   call(op, ...args) {
+    if (this.#dead !== null) {
+      return Promise.reject(new BackendError({ kind: "host", message: `the store is gone: ${this.#dead}` }));
+    }
     const id = this.#next++;
     return new Promise((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });
@@ -95,16 +101,26 @@ export class Store {
     const { handle, token } = await this.call("acquireLock", stateId);
     return new Lock(this, handle, stateId, token);
   }
-  setLocked(state, lock) { return this.call("setLocked", state, lock.handle); }
-  deleteLocked(lock) { return this.call("deleteLocked", lock.handle); }
-  restoreLocked(point, lock) { return this.call("restoreLocked", point, lock.handle); }
-  clearStreamsLocked(streams, lock) { return this.call("clearStreamsLocked", streams, lock.handle); }
+  async setLocked(state, lock) { return this.call("setLocked", state, this.#own(lock)); }
+  async deleteLocked(lock) { return this.call("deleteLocked", this.#own(lock)); }
+  async restoreLocked(point, lock) { return this.call("restoreLocked", point, this.#own(lock)); }
+  async clearStreamsLocked(streams, lock) { return this.call("clearStreamsLocked", streams, this.#own(lock)); }
 
-  /** Gives back what the store holds and ends its worker. */
+  /** A lock's handle, if it is this store's: handles are numbered per store. */
+  #own(lock) {
+    if (lock?.store !== this) {
+      throw new BackendError({ kind: "invalid-input", message: "the lock is another store's" });
+    }
+    return lock.handle;
+  }
+
+  /** Gives back what the store holds and ends its worker; closing again does nothing. */
   async close() {
+    if (this.#dead !== null) return;
     try {
       await this.call("close");
     } finally {
+      this.#dead = "closed";
       await this.#worker.terminate();
     }
   }

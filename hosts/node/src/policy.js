@@ -1,7 +1,9 @@
 // The egress policy: wasi:http/outgoing-handler, as the component sees it, is the shim's, behind
-// a check of where the request goes. Like the Rust host's (host/src/http/policy.rs), it refuses
-// link-local addresses and cloud metadata always, loopback unless allowed, and private networks
-// when asked to, by the addresses a name resolves to.
+// a check of where the request goes. The address classes are the Rust host's
+// (host/src/http/policy.rs), held to the same table (tests/conformance/addresses.json): link-local
+// addresses and cloud metadata are refused always, loopback unless allowed, private networks
+// when asked to, by every address a name resolves to, and by the IPv4 address an IPv6 one
+// embeds (mapped, NAT64, 6to4).
 
 import { execFileSync } from "node:child_process";
 import { isIP } from "node:net";
@@ -11,28 +13,65 @@ import { outgoingHandler as shim } from "@bytecodealliance/preview2-shim/http";
 const allowLoopback = Boolean(workerData?.allowLoopback);
 const refusePrivate = Boolean(workerData?.refusePrivate);
 
-/** What kind of address `ip` is: "loopback", "link-local", "metadata", "private",
- * "unspecified" or "public". */
-export function classify(ip) {
-  const v4 = ip.startsWith("::ffff:") && isIP(ip.slice(7)) === 4 ? ip.slice(7) : ip;
-  if (isIP(v4) === 4) {
-    const [a, b] = v4.split(".").map(Number);
-    if (v4 === "169.254.169.254" || v4 === "100.100.100.200") return "metadata";
-    if (a === 127) return "loopback";
-    if (a === 0) return "unspecified";
-    if (a === 169 && b === 254) return "link-local";
-    if (a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168)) {
-      return "private";
-    }
-    if (a === 100 && b >= 64 && b <= 127) return "private";
-    return "public";
+const METADATA_V4 = ["169.254.169.254", "169.254.170.2", "169.254.170.23", "100.100.100.200", "192.0.0.192"];
+const METADATA_V6 = [[0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254], [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23]];
+const PRIVATE_V4 = [
+  ["0.0.0.0", 8], ["10.0.0.0", 8], ["100.64.0.0", 10], ["172.16.0.0", 12], ["192.0.0.0", 24],
+  ["192.0.2.0", 24], ["192.31.196.0", 24], ["192.52.193.0", 24], ["192.88.99.0", 24],
+  ["192.168.0.0", 16], ["198.18.0.0", 15], ["198.51.100.0", 24], ["203.0.113.0", 24],
+  ["224.0.0.0", 3],
+];
+const PRIVATE_V6 = [
+  [[0, 0, 0, 0, 0, 0, 0, 0], 96], [[0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48],
+  [[0x100, 0, 0, 0, 0, 0, 0, 0], 64], [[0x2001, 0, 0, 0, 0, 0, 0, 0], 23],
+  [[0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32], [[0x3fff, 0, 0, 0, 0, 0, 0, 0], 20],
+  [[0xfc00, 0, 0, 0, 0, 0, 0, 0], 7], [[0xfec0, 0, 0, 0, 0, 0, 0, 0], 10],
+  [[0xff00, 0, 0, 0, 0, 0, 0, 0], 8],
+];
+
+const v4Number = (ip) => ip.split(".").reduce((n, o) => n * 256n + BigInt(o), 0n);
+const v6Number = (words) => words.reduce((n, w) => n * 65536n + BigInt(w), 0n);
+const inPrefix = (n, net, len, bits) => n >> BigInt(bits - len) === net >> BigInt(bits - len);
+
+/** The eight 16-bit words of an IPv6 address (`::`, and a dotted IPv4 tail, expanded). */
+function v6Words(ip) {
+  let text = ip;
+  const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
+  if (dotted) {
+    const n = v4Number(dotted[1]);
+    text = `${text.slice(0, dotted.index)}${(n >> 16n).toString(16)}:${(n & 0xffffn).toString(16)}`;
   }
-  const lower = ip.toLowerCase();
-  if (lower === "::1") return "loopback";
-  if (lower === "::") return "unspecified";
-  if (lower === "fd00:ec2::254") return "metadata";
-  if (/^fe[89ab]/.test(lower)) return "link-local";
-  if (/^f[cd]/.test(lower)) return "private";
+  const [head, tail] = text.includes("::") ? text.split("::") : [text, null];
+  const parse = (part) => (part ? part.split(":").map((w) => parseInt(w, 16)) : []);
+  const left = parse(head);
+  const right = parse(tail);
+  return tail === null ? left : [...left, ...Array(8 - left.length - right.length).fill(0), ...right];
+}
+
+/** What kind of address `ip` is, as the Rust host's `AddressClass`: "metadata", "loopback",
+ * "link-local", "private", or "public". */
+export function classify(address) {
+  let ip = address.toLowerCase();
+  if (isIP(ip) === 6) {
+    const w = v6Words(ip);
+    const n = v6Number(w);
+    const v4 = (hi, lo) => [hi >> 8, hi & 255, lo >> 8, lo & 255].join(".");
+    if (w.slice(0, 6).join() === "0,0,0,0,0,65535") ip = v4(w[6], w[7]);
+    else if (w.slice(0, 6).join() === [0x64, 0xff9b, 0, 0, 0, 0].join()) ip = v4(w[6], w[7]);
+    else if (w[0] === 0x2002) ip = v4(w[1], w[2]);
+    else {
+      if (METADATA_V6.some((m) => m.join() === w.join())) return "metadata";
+      if (n === 1n || n === 0n) return "loopback";
+      if ((w[0] & 0xffc0) === 0xfe80) return "link-local";
+      if (PRIVATE_V6.some(([net, len]) => inPrefix(n, v6Number(net), len, 128))) return "private";
+      return "public";
+    }
+  }
+  if (METADATA_V4.includes(ip)) return "metadata";
+  const n = v4Number(ip);
+  if (ip.startsWith("127.") || ip === "0.0.0.0") return "loopback";
+  if (ip.startsWith("169.254.")) return "link-local";
+  if (PRIVATE_V4.some(([net, len]) => inPrefix(n, v4Number(net), len, 32))) return "private";
   return "public";
 }
 
@@ -41,7 +80,6 @@ export function refusal(kind) {
   switch (kind) {
     case "metadata":
     case "link-local":
-    case "unspecified":
       return `${kind} addresses are always refused`;
     case "loopback":
       return allowLoopback ? null : "loopback is refused unless allowed (allowLoopback)";
@@ -52,37 +90,31 @@ export function refusal(kind) {
   }
 }
 
-const resolved = new Map();
-
-/** The addresses `host` resolves to, as the shim will look them up (the system resolver),
- * synchronously: the component's call is synchronous. Once per name per process. */
+/** The addresses `host` resolves to (the system resolver), synchronously: the component's call
+ * is synchronous. Each request resolves anew, and an http request then goes to the address
+ * checked, so that a name cannot answer one address here and another at connect. */
 function addresses(host) {
   if (isIP(host)) return [host];
-  if (!resolved.has(host)) {
-    const script =
-      "require('node:dns').lookup(process.argv[1], { all: true }, (e, a) => " +
-      "process.stdout.write(JSON.stringify(e ? [] : a.map((x) => x.address))))";
-    let found = [];
-    try {
-      found = JSON.parse(execFileSync(process.execPath, ["-e", script, host]).toString());
-    } catch {
-      found = [];
-    }
-    resolved.set(host, found);
+  if (!/^[A-Za-z0-9][A-Za-z0-9.-]*$/.test(host)) return [];
+  const script =
+    "require('node:dns').lookup(process.argv[1], { all: true }, (e, a) => " +
+    "process.stdout.write(JSON.stringify(e ? [] : a.map((x) => x.address))))";
+  try {
+    const out = execFileSync(process.execPath, ["-e", script, "--", host], { timeout: 10_000 });
+    return JSON.parse(out.toString());
+  } catch {
+    return [];
   }
-  return resolved.get(host);
 }
 
-/** The host part of an authority: `h:p`, `[v6]:p`, `h`. */
-export function hostOf(authority) {
-  const bracketed = /^\[([^\]]+)\]/.exec(authority);
-  if (bracketed) return bracketed[1];
+/** The host and port of an authority (`h:p`, `h`); the shim takes no IPv6 authority. */
+export function splitAuthority(authority) {
   const colon = authority.lastIndexOf(":");
-  return colon >= 0 && authority.indexOf(":") === colon ? authority.slice(0, colon) : authority;
+  return colon >= 0 ? [authority.slice(0, colon), authority.slice(colon + 1)] : [authority, ""];
 }
 
 function handle(request, options) {
-  const host = hostOf(request.authority() ?? "");
+  const [host, port] = splitAuthority(request.authority() ?? "");
   const found = addresses(host);
   if (found.length === 0) {
     throw { tag: "DNS-error", val: { rcode: "not found", infoCode: undefined } };
@@ -91,6 +123,12 @@ function handle(request, options) {
     if (refusal(classify(ip)) !== null) {
       throw { tag: "destination-IP-prohibited" };
     }
+  }
+  // Plain http goes to the address checked (the server sees it as Host, which ClickHouse
+  // ignores). https keeps the name, which its certificate is for: the shim resolves it again.
+  const v4 = found.find((ip) => isIP(ip) === 4);
+  if (!isIP(host) && request.scheme()?.tag === "HTTP" && v4) {
+    request.setAuthority(port ? `${v4}:${port}` : v4);
   }
   return shim.handle(request, options);
 }

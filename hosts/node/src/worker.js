@@ -2,6 +2,12 @@
 // thread, not the caller's). Calls come as messages, one at a time; answers go back the same way.
 
 import { parentPort, workerData } from "node:worker_threads";
+import { _setArgs, _setEnv } from "@bytecodealliance/preview2-shim/cli";
+
+// The component gets no environment and no arguments, as in the Rust host: the shim would
+// otherwise hand it this process's, secrets included.
+_setEnv({});
+_setArgs([]);
 
 const { backend } = await import(workerData.component);
 
@@ -38,10 +44,13 @@ const operations = {
   },
   lockInfoOf: (handle) => lock(handle).info(),
   renew: (handle) => lock(handle).renew(),
+  // Giving back a lock given back already is no error (the WIT's `release`); the handle goes
+  // only once the release succeeded, so a failed one can be tried again.
   release: (handle) => {
-    const held = lock(handle);
-    locks.delete(handle);
+    const held = locks.get(handle);
+    if (!held) return;
     held.release();
+    locks.delete(handle);
   },
   setLocked: (state, handle) => store.setLocked(state, lock(handle)),
   deleteLocked: (handle) => store.deleteLocked(lock(handle)),
@@ -75,7 +84,7 @@ function failure(e) {
 }
 
 parentPort.on("message", ({ id, op, args }) => {
-  const operation = operations[op];
+  const operation = Object.hasOwn(operations, op) ? operations[op] : undefined;
   try {
     if (!operation) throw { kind: "invalid-input", message: `no operation ${op}` };
     if (op !== "open" && store === null) throw { kind: "invalid-input", message: "the store is closed" };

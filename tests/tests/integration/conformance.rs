@@ -232,3 +232,26 @@ async fn every_shared_case_passes_on_this_host() {
         failures.join("\n")
     );
 }
+
+/// Both hosts' egress policies class each address of the shared table alike
+/// (`tests/conformance/addresses.json`; `hosts/node/test/host.test.js` holds the Node host to it).
+#[test]
+fn the_address_classes_are_the_shared_tables() {
+    use integration_tests::state_host::http::policy::AddressClass;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/conformance/addresses.json");
+    let table: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the table")).expect("JSON");
+    let addresses = table["addresses"].as_object().expect("addresses");
+    assert!(addresses.len() > 30);
+    for (address, want) in addresses {
+        let ip: std::net::IpAddr = address.parse().expect("an address");
+        let got = match AddressClass::of(ip) {
+            None => "public",
+            Some(AddressClass::Loopback) => "loopback",
+            Some(AddressClass::LinkLocal) => "link-local",
+            Some(AddressClass::Metadata) => "metadata",
+            Some(AddressClass::Private) => "private",
+        };
+        assert_eq!(got, want, "{address}");
+    }
+}
