@@ -45,6 +45,12 @@ const expected = (value) =>
   canonical(JSON.parse(JSON.stringify(value), (k, v) =>
     (k === "partial" || k === "completed") && typeof v === "string" ? JSON.parse(v) : v));
 
+/** The point a step names: a version, or the version of an entry of the last listing. */
+const point = (s, listed) =>
+  "at_history" in s
+    ? { tag: "version", val: listed[s.at_history].version }
+    : { tag: "version", val: BigInt(s.version) };
+
 /** A state of the cases as the host takes it. */
 const state = (s) => ({ stateId: s.state_id, partial: s.partial, completed: s.completed });
 
@@ -57,7 +63,7 @@ function sorted(v) {
   return v;
 }
 
-async function step(stores, locks, s) {
+async function step(stores, locks, listed, s) {
   const store = stores[s.store ?? "a"];
   switch (s.op) {
     case "get": return store.get(s.state_id);
@@ -75,6 +81,15 @@ async function step(stores, locks, s) {
     case "release": return locks[s.lock].release();
     case "renew": return locks[s.lock].renew();
     case "set_locked": return store.setLocked(state(s.state), locks[s.lock]);
+    case "delete_locked": return store.deleteLocked(locks[s.lock]);
+    case "clear_streams_locked": return store.clearStreamsLocked(s.streams, locks[s.lock]);
+    case "restore_locked": return store.restoreLocked(point(s, listed), locks[s.lock]);
+    case "get_at": return (await store.getAt(s.state_id, point(s, listed))).state ?? null;
+    case "history": {
+      listed.splice(0, listed.length, ...(await store.history(s.state_id, s.limit)));
+      return listed;
+    }
+    case "migrate": return store.migrate();
     default: throw new Error(`the cases name an operation this runner lacks: ${s.op}`);
   }
 }
@@ -97,10 +112,11 @@ async function runCase(c, n) {
       }
     }
     const locks = {};
+    const listed = [];
     for (const [i, s] of (c.steps ?? []).entries()) {
       let got;
       try {
-        got = canonical(await step(stores, locks, s));
+        got = canonical(await step(stores, locks, listed, s));
       } catch (e) {
         if (!(e instanceof BackendError)) throw e;
         if (s.error === e.kind) continue;
@@ -110,6 +126,12 @@ async function runCase(c, n) {
       const want = "expect" in s ? expected(s.expect) : undefined;
       if ("expect" in s && !equal(got, want)) {
         return `step ${i + 1} (${s.op}): expected ${JSON.stringify(want)}, got ${JSON.stringify(got)}`;
+      }
+      if ("expect_ops" in s && !equal(got.map((e) => e.op), s.expect_ops)) {
+        return `step ${i + 1} (${s.op}): ops ${JSON.stringify(got.map((e) => e.op))}, expected ${JSON.stringify(s.expect_ops)}`;
+      }
+      if ("expect_replaced" in s && !equal(got.replaced, expected(s.expect_replaced))) {
+        return `step ${i + 1} (${s.op}): replaced ${JSON.stringify(got.replaced)}, expected ${JSON.stringify(expected(s.expect_replaced))}`;
       }
       for (const [k, v] of Object.entries(s.expect_fields ?? {})) {
         if (!got || !equal(got[k], v)) return `step ${i + 1} (${s.op}): ${k} is ${JSON.stringify(got?.[k])}, expected ${JSON.stringify(v)}`;

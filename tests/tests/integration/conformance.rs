@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use integration_tests::state_host::{Backend, Error, Lock, LockInfo, State};
+use integration_tests::state_host::{Backend, Error, HistoryEntry, Lock, LockInfo, Point, State};
 use integration_tests::{TestTable, runtime};
 use serde_json::{Value, json};
 
@@ -57,9 +57,22 @@ fn state_of(value: &Value) -> State {
     State::new(text("state_id"), text("partial"), text("completed"))
 }
 
+/// The point a step names: a version, or the version of an entry of the last listing.
+fn point(s: &Value, listed: &[HistoryEntry]) -> Point {
+    match s["at_history"].as_u64() {
+        Some(i) => Point::Version(listed[i as usize].version),
+        None => Point::Version(s["version"].as_u64().expect("a version")),
+    }
+}
+
+fn entry_json(e: &HistoryEntry) -> Value {
+    json!({"version": e.version, "op": e.op, "state": e.state.as_ref().map(state_json)})
+}
+
 async fn step(
     stores: &mut HashMap<String, Backend>,
     locks: &mut HashMap<String, Lock>,
+    listed: &mut Vec<HistoryEntry>,
     s: &Value,
 ) -> Result<Value, Error> {
     let store = stores
@@ -128,6 +141,38 @@ async fn step(
             .set_locked(&state_of(&s["state"]), held(locks, s))
             .await
             .map(|()| Value::Null)?,
+        "delete_locked" => store
+            .delete_locked(held(locks, s))
+            .await
+            .map(|()| Value::Null)?,
+        "clear_streams_locked" => {
+            let streams: Vec<String> = s["streams"]
+                .as_array()
+                .expect("streams")
+                .iter()
+                .map(|v| v.as_str().expect("a stream").to_string())
+                .collect();
+            state_json(&store.clear_streams_locked(&streams, held(locks, s)).await?)
+        }
+        "restore_locked" => {
+            let restored = store
+                .restore_locked(point(s, listed), held(locks, s))
+                .await?;
+            json!({
+                "replaced": restored.replaced.as_ref().map(state_json),
+                "restored": entry_json(&restored.restored),
+            })
+        }
+        "get_at" => {
+            let entry = store.get_at(id(), point(s, listed)).await?;
+            entry.state.as_ref().map_or(Value::Null, state_json)
+        }
+        "history" => {
+            let limit = s["limit"].as_u64().expect("a limit") as u32;
+            *listed = store.history(id(), limit).await?;
+            Value::Array(listed.iter().map(entry_json).collect())
+        }
+        "migrate" => store.migrate().await.map(|()| Value::Null)?,
         other => panic!("the cases name an operation this runner lacks: {other}"),
     })
 }
@@ -168,9 +213,10 @@ async fn run_case(case: &Value) -> Option<String> {
         }
     }
     let mut locks = HashMap::new();
+    let mut listed = Vec::new();
     for (i, s) in steps.iter().enumerate() {
         let op = s["op"].as_str().unwrap_or_default();
-        let got = match step(&mut stores, &mut locks, s).await {
+        let got = match step(&mut stores, &mut locks, &mut listed, s).await {
             Ok(got) => got,
             Err(e) if s["error"].as_str() == Some(e.kind()) => continue,
             Err(e) => return Some(format!("step {} ({op}): {}: {e}", i + 1, e.kind())),
@@ -182,6 +228,29 @@ async fn run_case(case: &Value) -> Option<String> {
             && got != want
         {
             return Some(format!("step {} ({op}): expected {want}, got {got}", i + 1));
+        }
+        if let Some(want) = s.get("expect_ops") {
+            let ops: Vec<Value> = got
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| e["op"].clone())
+                .collect();
+            if &Value::Array(ops.clone()) != want {
+                return Some(format!(
+                    "step {} ({op}): ops {ops:?}, expected {want}",
+                    i + 1
+                ));
+            }
+        }
+        if let Some(want) = s.get("expect_replaced").map(expected)
+            && got["replaced"] != want
+        {
+            return Some(format!(
+                "step {} ({op}): replaced {}, expected {want}",
+                i + 1,
+                got["replaced"]
+            ));
         }
         for (k, want) in s["expect_fields"].as_object().into_iter().flatten() {
             if &got[k] != want {
