@@ -313,18 +313,7 @@ impl UriParts {
                 self.lock_settle_ms = Some(parse_seconds(name, value, true)?);
             }
             "retries" => {
-                self.retries = Some(
-                    value
-                        .trim()
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|r| *r <= 1000)
-                        .ok_or_else(|| {
-                            Error::InvalidConfig(format!(
-                                "'retries' must be a number from 0 to 1000, not '{value}'"
-                            ))
-                        })?,
-                );
+                self.retries = Some(parse_count(name, value, 1000, "", "")?);
             }
             "retry_backoff_seconds" => {
                 self.retry_backoff_ms = Some(parse_seconds(name, value, true)?);
@@ -335,34 +324,22 @@ impl UriParts {
             "cluster" => self.cluster = Some(value.trim().to_string()),
             "history" => self.history = Some(parse_bool(name, value)?),
             "history_days" => {
-                self.history_days = Some(
-                    value
-                        .trim()
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|d| *d <= MAX_HISTORY_DAYS)
-                        .ok_or_else(|| {
-                            Error::InvalidConfig(format!(
-                                "'history_days' must be a number of days from 0 (keep for ever) \
-                                 to {MAX_HISTORY_DAYS}, not '{value}'"
-                            ))
-                        })?,
-                );
+                self.history_days = Some(parse_count(
+                    name,
+                    value,
+                    MAX_HISTORY_DAYS,
+                    " of days",
+                    " (keep for ever)",
+                )?);
             }
             "history_versions" => {
-                self.history_versions = Some(
-                    value
-                        .trim()
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| *n <= MAX_HISTORY_VERSIONS)
-                        .ok_or_else(|| {
-                            Error::InvalidConfig(format!(
-                                "'history_versions' must be a number of versions per id from 0 \
-                                 (no limit) to {MAX_HISTORY_VERSIONS}, not '{value}'"
-                            ))
-                        })?,
-                );
+                self.history_versions = Some(parse_count(
+                    name,
+                    value,
+                    MAX_HISTORY_VERSIONS,
+                    " of versions per id",
+                    " (no limit)",
+                )?);
             }
             "lock_mode" => {
                 self.lock_mode = Some(match value.trim().to_ascii_lowercase().as_str() {
@@ -485,6 +462,20 @@ fn parse_port(value: &str) -> Result<u16> {
             "invalid port '{value}': expected a number from 1 to 65535"
         ))),
     }
+}
+
+/// A whole number from 0 to `max`; the error says what it counts (`unit`) and what 0 means.
+fn parse_count(name: &str, value: &str, max: u32, unit: &str, zero: &str) -> Result<u32> {
+    value
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= max)
+        .ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "'{name}' must be a number{unit} from 0{zero} to {max}, not '{value}'"
+            ))
+        })
 }
 
 fn parse_seconds(name: &str, value: &str, zero_ok: bool) -> Result<u64> {
