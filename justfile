@@ -129,9 +129,7 @@ test: guest
 # The Node host (hosts/node): the built component transpiled by jco into hosts/node/gen, its
 # own imports mapped to the host's glue and its outgoing HTTP to the host's egress policy
 node-host: guest
-    cd hosts/node && node_modules/.bin/jco transpile ../../target/wasm32-wasip2/release-guest/clickhouse_state.wasm \
-        -o gen --quiet --map 'meltano:state-backend/*=../src/glue.js#*' \
-        --map 'wasi:http/outgoing-handler=../src/policy.js#outgoingHandler'
+    cd hosts/node && node build.js ../../target/wasm32-wasip2/release-guest/clickhouse_state.wasm gen
 
 # The Node host's own tests (its egress policy, resets), then the shared conformance cases
 # (tests/conformance/cases.json) through it

@@ -97,8 +97,8 @@ fi
 
 # The Node host's npm modules (jco, the WASI shim: hosts/node, pinned, with a lockfile), for
 # `just test-node`; installed when the lockfile changes.
-if command -v node >/dev/null && (( $(node -p 'process.versions.node.split(".")[0]') < 20 )); then
-  echo "bootstrap: Node.js $(node --version) is older than the Node host needs (20)" >&2
+if command -v node >/dev/null && (( $(node -p 'process.versions.node.split(".")[0]') < 18 )); then
+  echo "bootstrap: Node.js $(node --version) is older than the Node host needs (18)" >&2
 fi
 node_lock=hosts/node/package-lock.json
 node_stamp=hosts/node/node_modules/.lock.sha256

@@ -4,6 +4,10 @@
 
 import { workerData } from "node:worker_threads";
 
+/** The version of meltano:state-backend this glue is written for (build.js holds a component to
+ * it, and the tests hold it to wit/state-backend.wit). */
+export const CONTRACT_VERSION = "0.6.0";
+
 const LEVELS = ["debug", "info", "warn", "error"];
 const shown = LEVELS.indexOf(workerData?.logLevel ?? "warn");
 const sleeper = new Int32Array(new SharedArrayBuffer(4));

@@ -31,6 +31,9 @@ export interface Options {
   allowLoopback?: boolean;
   /** Refuse private networks too. */
   refusePrivate?: boolean;
+  /** Names answered by this table ahead of the system resolver, as curl's `--resolve`: the
+   * policy checks these addresses, and the connection goes to them. */
+  resolve?: Record<string, string | string[]>;
   logLevel?: "debug" | "info" | "warn" | "error";
   /** A transpiled component module; the default is gen/clickhouse_state.js. */
   component?: string;

@@ -2,6 +2,7 @@
 // to it and a promise of its answer. The types are in index.d.ts, over the ones jco generates
 // from the WIT (gen/).
 
+import { isIP } from "node:net";
 import { Worker } from "node:worker_threads";
 import { fileURLToPath } from "node:url";
 
@@ -21,13 +22,15 @@ export class BackendError extends Error {
 }
 
 /** Opens a store: `settings` as the component takes them (`{ table: "state" }`); `options`:
- * `allowLoopback`, `refusePrivate`, `logLevel` ("warn"), `component` (a transpiled module). */
+ * `allowLoopback`, `refusePrivate`, `resolve` (names to addresses, ahead of the system
+ * resolver), `logLevel` ("warn"), `component` (a transpiled module). */
 export async function open(uri, settings = {}, options = {}) {
   const worker = new Worker(WORKER, {
     workerData: {
       component: options.component ?? DEFAULT_COMPONENT,
       allowLoopback: options.allowLoopback ?? false,
       refusePrivate: options.refusePrivate ?? false,
+      resolve: names(options.resolve),
       logLevel: options.logLevel ?? "warn",
     },
   });
@@ -39,6 +42,20 @@ export async function open(uri, settings = {}, options = {}) {
     throw e;
   }
   return store;
+}
+
+/** The `resolve` option checked and keyed by lower-case name: { name: [address, ...] }. */
+function names(table) {
+  if (table === undefined || table === null) return null;
+  const out = {};
+  for (const [name, addresses] of Object.entries(table)) {
+    const list = Array.isArray(addresses) ? addresses : [addresses];
+    if (list.length === 0 || !list.every((a) => typeof a === "string" && isIP(a))) {
+      throw new BackendError({ kind: "invalid-config", message: `resolve: ${name} needs IP addresses` });
+    }
+    out[name.toLowerCase()] = list;
+  }
+  return out;
 }
 
 export class Store {

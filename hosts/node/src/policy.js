@@ -1,17 +1,11 @@
-// The egress policy: wasi:http/outgoing-handler, as the component sees it, is the shim's, behind
-// a check of where the request goes. The address classes are the Rust host's
+// The egress policy, as plain functions: which addresses a request may go to. The address
+// classes are the Rust host's
 // (host/src/http/policy.rs), held to the same table (tests/conformance/addresses.json): link-local
 // addresses and cloud metadata are refused always, loopback unless allowed, private networks
 // when asked to, by every address a name resolves to, and by the IPv4 address an IPv6 one
 // embeds (mapped, NAT64, 6to4).
 
-import { execFileSync } from "node:child_process";
 import { isIP } from "node:net";
-import { workerData } from "node:worker_threads";
-import { outgoingHandler as shim } from "@bytecodealliance/preview2-shim/http";
-
-const allowLoopback = Boolean(workerData?.allowLoopback);
-const refusePrivate = Boolean(workerData?.refusePrivate);
 
 const METADATA_V4 = ["169.254.169.254", "169.254.170.2", "169.254.170.23", "100.100.100.200", "192.0.0.192"];
 const METADATA_V6 = [[0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254], [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23]];
@@ -75,63 +69,29 @@ export function classify(address) {
   return "public";
 }
 
-/** Why a destination of this kind is refused, or null when it is allowed. */
-export function refusal(kind) {
+/** Why a destination of this kind is refused under `rules` ({ allowLoopback, refusePrivate }),
+ * or null when it is allowed. */
+export function refusal(kind, rules) {
   switch (kind) {
     case "metadata":
     case "link-local":
       return `${kind} addresses are always refused`;
     case "loopback":
-      return allowLoopback ? null : "loopback is refused unless allowed (allowLoopback)";
+      return rules.allowLoopback ? null : "loopback is refused unless allowed (allowLoopback)";
     case "private":
-      return refusePrivate ? "private networks are refused (refusePrivate)" : null;
+      return rules.refusePrivate ? "private networks are refused (refusePrivate)" : null;
     default:
       return null;
   }
 }
 
-/** The addresses `host` resolves to (the system resolver), synchronously: the component's call
- * is synchronous. Each request resolves anew, and an http request then goes to the address
- * checked, so that a name cannot answer one address here and another at connect. */
-function addresses(host) {
-  if (isIP(host)) return [host];
-  if (!/^[A-Za-z0-9][A-Za-z0-9.-]*$/.test(host)) return [];
-  const script =
-    "require('node:dns').lookup(process.argv[1], { all: true }, (e, a) => " +
-    "process.stdout.write(JSON.stringify(e ? [] : a.map((x) => x.address))))";
-  try {
-    const out = execFileSync(process.execPath, ["-e", script, "--", host], { timeout: 10_000 });
-    return JSON.parse(out.toString());
-  } catch {
-    return [];
+/** Why a request to these addresses (every one a name resolved to) is refused, or null: one
+ * refused address refuses the request, whichever of them a connection would use. */
+export function check(addresses, rules) {
+  if (addresses.length === 0) return "the name resolved to no address";
+  for (const ip of addresses) {
+    const why = refusal(classify(ip), rules);
+    if (why !== null) return `${ip}: ${why}`;
   }
+  return null;
 }
-
-/** The host and port of an authority (`h:p`, `h`); the shim takes no IPv6 authority. */
-export function splitAuthority(authority) {
-  const colon = authority.lastIndexOf(":");
-  return colon >= 0 ? [authority.slice(0, colon), authority.slice(colon + 1)] : [authority, ""];
-}
-
-function handle(request, options) {
-  const [host, port] = splitAuthority(request.authority() ?? "");
-  const found = addresses(host);
-  if (found.length === 0) {
-    throw { tag: "DNS-error", val: { rcode: "not found", infoCode: undefined } };
-  }
-  for (const ip of found) {
-    if (refusal(classify(ip)) !== null) {
-      throw { tag: "destination-IP-prohibited" };
-    }
-  }
-  // Plain http goes to the address checked (the server sees it as Host, which ClickHouse
-  // ignores). https keeps the name, which its certificate is for: the shim resolves it again.
-  const v4 = found.find((ip) => isIP(ip) === 4);
-  if (!isIP(host) && request.scheme()?.tag === "HTTP" && v4) {
-    request.setAuthority(port ? `${v4}:${port}` : v4);
-  }
-  return shim.handle(request, options);
-}
-
-/** wasi:http/outgoing-handler for the component: the shim's, behind the policy. */
-export const outgoingHandler = { handle };

@@ -3,9 +3,11 @@
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 import { test } from "node:test";
-import { classify } from "../src/policy.js";
+import { errorCode, splitAuthority } from "../src/egress.js";
+import { CONTRACT_VERSION } from "../src/glue.js";
+import { check, classify } from "../src/policy.js";
 import { open } from "../src/index.js";
 
 test("addresses are classed as the Rust host classes them (the shared table)", () => {
@@ -14,6 +16,37 @@ test("addresses are classed as the Rust host classes them (the shared table)", (
   ).addresses;
   assert.ok(Object.keys(table).length > 30);
   for (const [ip, kind] of Object.entries(table)) assert.equal(classify(ip), kind, ip);
+});
+
+test("the glue is for the contract's version in wit/", () => {
+  const wit = readFileSync(new URL("../../../wit/state-backend.wit", import.meta.url), "utf8");
+  assert.equal(/^package meltano:state-backend@([^;]+);/m.exec(wit)?.[1], CONTRACT_VERSION);
+});
+
+test("one refused address refuses the request, whichever a connection would use", () => {
+  const rules = { allowLoopback: false, refusePrivate: true };
+  assert.equal(check(["8.8.8.8"], rules), null);
+  assert.match(check(["8.8.8.8", "127.0.0.1"], rules), /127.0.0.1: loopback/);
+  assert.match(check(["::ffff:10.1.2.3", "8.8.8.8"], rules), /private networks/);
+  assert.match(check(["fe80::1"], { allowLoopback: true }), /link-local/);
+  assert.match(check([], rules), /no address/);
+  assert.equal(check(["127.0.0.1"], { allowLoopback: true }), null);
+});
+
+test("Node's errors are the contract's error codes", () => {
+  const code = (c) => errorCode(Object.assign(new Error(c), { code: c })).tag;
+  assert.equal(code("ECONNRESET"), "connection-terminated");
+  assert.equal(code("EPIPE"), "connection-terminated");
+  assert.equal(code("ECONNREFUSED"), "connection-refused");
+  assert.equal(code("ENOTFOUND"), "DNS-error");
+  assert.equal(code("HPE_INVALID_CONSTANT"), "HTTP-protocol-error");
+  assert.equal(code("DEPTH_ZERO_SELF_SIGNED_CERT"), "TLS-certificate-error");
+  assert.equal(code("ERR_TLS_CERT_ALTNAME_INVALID"), "TLS-certificate-error");
+  assert.equal(code("ERR_SSL_WRONG_VERSION_NUMBER"), "TLS-protocol-error");
+  assert.equal(code("ESOMETHINGELSE"), "internal-error");
+  assert.deepEqual(splitAuthority("[::1]:8123"), ["::1", "8123"]);
+  assert.deepEqual(splitAuthority("h.example:8443"), ["h.example", "8443"]);
+  assert.deepEqual(splitAuthority("h.example"), ["h.example", ""]);
 });
 
 /** A server on 127.0.0.1 that counts connections and resets each one. */
@@ -53,13 +86,35 @@ test("loopback is refused unless allowed, before any connection", async () => {
   }
 });
 
-test("a server that resets every connection is tried again", async () => {
+test("a server that resets every connection is tried with the whole budget", async () => {
   const server = await resettingServer();
   const uri = `clickhouse://default:@127.0.0.1:${server.address().port}/default`;
   const store = await open(uri, { retries: "5", retry_backoff_seconds: "0.01" }, { allowLoopback: true });
   try {
-    // The shim words a reset as an HTTP protocol error: tried again until it repeats three
-    // times in a row (the guest's GARBLED_TRIES), where it gave up after one before.
+    // A reset is connection-terminated, as in the Rust host: the first try and 5 retries.
+    await assert.rejects(store.get("x"), (e) => {
+      assert.equal(e.kind, "unreachable");
+      assert.match(e.message, /connection closed by the server \(tried 6 times/);
+      return true;
+    });
+    assert.equal(server.accepted, 6);
+  } finally {
+    await store.close();
+    server.close();
+  }
+});
+
+test("a server that does not speak HTTP is given up after three garbled answers", async () => {
+  const server = createServer((socket) => {
+    server.accepted++;
+    socket.end("SSH-2.0-OpenSSH_9.2\r\n\r\n");
+  });
+  server.accepted = 0;
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const uri = `clickhouse://default:@127.0.0.1:${server.address().port}/default`;
+  const store = await open(uri, { retries: "5", retry_backoff_seconds: "0.01" }, { allowLoopback: true });
+  try {
+    // HTTP-protocol-error: the guest's GARBLED_TRIES, not the budget.
     await assert.rejects(store.get("x"), (e) => e.kind === "unreachable" && /3 times in a row/.test(e.message));
     assert.equal(server.accepted, 3);
   } finally {
@@ -97,4 +152,109 @@ test("a store closed, a lock given back twice, a lock of another store", async (
   }
   await a.close(); // closing again does nothing
   await assert.rejects(a.get("x"), (e) => e.kind === "host" && /gone/.test(e.message));
+});
+
+/** A server on 127.0.0.1 that keeps the first bytes of each connection, then closes it. */
+async function recordingServer() {
+  const server = createServer((socket) => {
+    socket.once("data", (bytes) => {
+      server.seen.push(bytes);
+      socket.destroy();
+    });
+  });
+  server.seen = [];
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return server;
+}
+
+test("a name from the host's table goes to the address checked, over http and https", async () => {
+  // `.invalid` never resolves (RFC 6761): a request that reaches anything went where the table,
+  // checked by the policy, said, and was not resolved again at connect.
+  const real = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
+  const ip = real.hostname.replace(/^\[|\]$/g, "");
+  const resolve = { "ClickHouse.invalid": [ip] };
+  const plain = await open(
+    `clickhouse://${real.username || "default"}:${real.password}@clickhouse.invalid:${real.port || 8123}/default`,
+    { schema: "node_api", table: `pinned_${process.pid}` },
+    { allowLoopback: true, resolve },
+  );
+  try {
+    await plain.migrate();
+    await plain.set({ stateId: "pinned", partial: "{}", completed: '{"singer_state":{"a":1}}' });
+    assert.equal((await plain.get("pinned")).completed, '{"singer_state":{"a":1}}');
+  } finally {
+    await plain.close();
+  }
+
+  const server = await recordingServer();
+  const secure = await open(
+    `clickhouse://default:@clickhouse.invalid:${server.address().port}/default?secure=true`,
+    { retries: "0" },
+    { allowLoopback: true, resolve: { "clickhouse.invalid": ["127.0.0.1"] } },
+  );
+  try {
+    await assert.rejects(secure.get("x"), (e) => e.kind === "unreachable");
+    assert.equal(server.seen.length, 1, "one connection, to the address checked");
+    const hello = server.seen[0];
+    assert.equal(hello[0], 0x16, "a TLS handshake");
+    assert.ok(hello.includes(Buffer.from("clickhouse.invalid")), "the name is kept for the certificate (SNI)");
+  } finally {
+    await secure.close();
+    server.close();
+  }
+});
+
+test("a name from the host's table is refused by its address, before any connection", async () => {
+  const server = await recordingServer();
+  const store = await open(
+    `clickhouse://default:@clickhouse.invalid:${server.address().port}/default`,
+    { retries: "0" },
+    { resolve: { "clickhouse.invalid": ["127.0.0.1"] } },
+  );
+  try {
+    await assert.rejects(store.get("x"), (e) => e.kind === "unreachable" && /address is refused/.test(e.message));
+    assert.equal(server.seen.length, 0);
+  } finally {
+    await store.close();
+    server.close();
+  }
+  await assert.rejects(
+    open("clickhouse://default:@a.invalid/default", {}, { resolve: { "a.invalid": ["not an address"] } }),
+    (e) => e.kind === "invalid-config" && /resolve/.test(e.message),
+  );
+});
+
+test("an IPv6 authority reaches its server", async (t) => {
+  // A relay on ::1 to the ClickHouse under test (itself on any loopback address).
+  const real = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
+  const relay = createServer((socket) => {
+    relay.accepted++;
+    const upstream = connect(Number(real.port || 8123), real.hostname.replace(/^\[|\]$/g, ""));
+    socket.pipe(upstream).pipe(socket);
+    socket.on("error", () => upstream.destroy());
+    upstream.on("error", () => socket.destroy());
+  });
+  relay.accepted = 0;
+  const listening = await new Promise((resolve) => {
+    relay.once("error", () => resolve(false));
+    relay.listen(0, "::1", () => resolve(true));
+  });
+  if (!listening) {
+    t.skip("this machine has no ::1");
+    return;
+  }
+  const store = await open(
+    `clickhouse://${real.username || "default"}:${real.password}@[::1]:${relay.address().port}/default`,
+    { schema: "node_api", table: `v6_${process.pid}` },
+    { allowLoopback: true },
+  );
+  try {
+    await store.migrate();
+    await store.set({ stateId: "v6", partial: "{}", completed: "{}" });
+    assert.deepEqual(await store.stateIds("v6"), ["v6"]);
+    assert.ok(relay.accepted >= 1);
+  } finally {
+    await store.close();
+    relay.close();
+  }
 });

@@ -1,0 +1,240 @@
+// wasi:http/types and wasi:http/outgoing-handler for the component: the resources of an outgoing
+// request are this host's, and the request is made by src/egress.js in the shim's IO worker,
+// behind the egress policy (src/policy.js). The rest of wasi:http/types (fields, options, the
+// server side) is the shim's. Streams and pollables are the shim's wasi:io, as for any resource.
+
+import { workerData } from "node:worker_threads";
+import { types as shim, _forbiddenHeaders } from "@bytecodealliance/preview2-shim/http";
+import {
+  callExtension,
+  futureDispose,
+  futureSubscribe,
+  futureTakeValue,
+  inputStreamCreate,
+  outputStreamCreate,
+} from "@bytecodealliance/preview2-shim/io-worker";
+
+const { Fields } = shim;
+const EGRESS = new URL("./egress.js", import.meta.url);
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const symbolDispose = Symbol.dispose ?? Symbol.for("dispose");
+
+/** Where this store's requests may go: src/policy.js's rules, and the host's own name table. */
+const rules = {
+  allowLoopback: Boolean(workerData?.allowLoopback),
+  refusePrivate: Boolean(workerData?.refusePrivate),
+  resolve: workerData?.resolve ?? null,
+};
+
+const egress = (operation, args) => callExtension(EGRESS, operation, [args]);
+
+class OutgoingBody {
+  #id;
+  #stream;
+
+  constructor(id) {
+    this.#id = id;
+    this.#stream = outputStreamCreate(id);
+  }
+
+  write() {
+    if (this.#stream === null) throw undefined;
+    const stream = this.#stream;
+    this.#stream = null;
+    return stream;
+  }
+
+  /** Dropping the body's stream ends it (the shim's stream); finishing adds nothing to that. */
+  static finish(body, trailers) {
+    if (trailers) throw { tag: "internal-error", val: "trailers are not supported" };
+    body.#stream?.[symbolDispose]?.();
+    body.#stream = null;
+  }
+
+  static _id(body) {
+    return body?.#id;
+  }
+}
+const bodyId = OutgoingBody._id;
+delete OutgoingBody._id;
+
+class OutgoingRequest {
+  #method = { tag: "get" };
+  #scheme = undefined;
+  #authority = undefined;
+  #pathWithQuery = undefined;
+  #headers;
+  #body = null;
+  #bodyTaken = false;
+
+  constructor(headers) {
+    this.#headers = headers;
+  }
+
+  body() {
+    if (this.#bodyTaken) throw undefined;
+    this.#bodyTaken = true;
+    this.#body = new OutgoingBody(egress("body"));
+    return this.#body;
+  }
+
+  method() {
+    return this.#method;
+  }
+
+  setMethod(method) {
+    if (method.tag === "other" && !/^[A-Za-z-]+$/.test(method.val)) throw undefined;
+    this.#method = method;
+  }
+
+  pathWithQuery() {
+    return this.#pathWithQuery;
+  }
+
+  setPathWithQuery(path) {
+    if (path && !/^[A-Za-z0-9.\-_~!$&'()*+,;=:@%?/]+$/.test(path)) throw undefined;
+    this.#pathWithQuery = path;
+  }
+
+  scheme() {
+    return this.#scheme;
+  }
+
+  setScheme(scheme) {
+    if (scheme?.tag === "other") throw undefined;
+    this.#scheme = scheme;
+  }
+
+  authority() {
+    return this.#authority;
+  }
+
+  /** `host`, `host:port`, `[v6]` or `[v6]:port`. */
+  setAuthority(authority) {
+    if (authority && !/^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/.test(authority)) {
+      throw undefined;
+    }
+    this.#authority = authority;
+  }
+
+  headers() {
+    return this.#headers;
+  }
+
+  static _send(request, options) {
+    if (!request.#pathWithQuery) throw { tag: "HTTP-request-URI-invalid" };
+    if (!request.#authority) throw { tag: "HTTP-request-URI-invalid" };
+    const headers = [];
+    for (const [name, value] of request.#headers.entries()) headers.push(name, decoder.decode(value));
+    const method = request.#method.tag === "other" ? request.#method.val : request.#method.tag;
+    return egress("send", {
+      method: method.toUpperCase(),
+      scheme: request.#scheme?.tag === "HTTP" ? "http:" : "https:",
+      authority: request.#authority,
+      path: request.#pathWithQuery,
+      headers,
+      bodyId: bodyId(request.#body),
+      rules,
+      timeouts: {
+        connect: options?.connectTimeout(),
+        firstByte: options?.firstByteTimeout(),
+        betweenBytes: options?.betweenBytesTimeout(),
+      },
+    });
+  }
+}
+const send = OutgoingRequest._send;
+delete OutgoingRequest._send;
+
+class IncomingBody {
+  #stream;
+
+  constructor(streamId) {
+    this.#stream = inputStreamCreate(streamId);
+  }
+
+  stream() {
+    if (this.#stream === null) throw undefined;
+    const stream = this.#stream;
+    this.#stream = null;
+    return stream;
+  }
+
+  static finish() {
+    return new shim.FutureTrailers();
+  }
+}
+
+class IncomingResponse {
+  #status;
+  #headers;
+  #body;
+
+  constructor(status, headers, bodyStreamId) {
+    this.#status = status;
+    // The connection's own headers are not the component's to see (nor can fields hold them).
+    this.#headers = Fields.fromList(
+      headers
+        .filter(([name]) => !_forbiddenHeaders.has(name.toLowerCase()))
+        .map(([name, value]) => [name, encoder.encode(value)]),
+    );
+    this.#body = new IncomingBody(bodyStreamId);
+  }
+
+  status() {
+    return this.#status;
+  }
+
+  headers() {
+    return this.#headers;
+  }
+
+  consume() {
+    if (this.#body === null) throw undefined;
+    const body = this.#body;
+    this.#body = null;
+    return body;
+  }
+}
+
+class FutureIncomingResponse {
+  #id;
+
+  constructor(id) {
+    this.#id = id;
+  }
+
+  subscribe() {
+    return futureSubscribe(this.#id, this);
+  }
+
+  get() {
+    const taken = futureTakeValue(this.#id);
+    if (taken?.tag === "ok" && taken.val.tag === "ok") {
+      const { status, headers, bodyStreamId } = taken.val.val;
+      return { tag: "ok", val: { tag: "ok", val: new IncomingResponse(status, headers, bodyStreamId) } };
+    }
+    return taken;
+  }
+
+  [symbolDispose]() {
+    if (this.#id !== null) futureDispose(this.#id);
+    this.#id = null;
+  }
+}
+
+export const types = {
+  ...shim,
+  FutureIncomingResponse,
+  IncomingBody,
+  IncomingResponse,
+  OutgoingBody,
+  OutgoingRequest,
+};
+
+export const outgoingHandler = {
+  handle(request, options) {
+    return new FutureIncomingResponse(send(request, options));
+  },
+};
