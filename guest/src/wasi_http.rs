@@ -2,8 +2,8 @@
 
 use crate::component::wasi::http::outgoing_handler;
 use crate::component::wasi::http::types::{
-    ErrorCode, Fields, IncomingResponse, Method, OutgoingBody, OutgoingRequest, RequestOptions,
-    Scheme as WasiScheme,
+    ErrorCode, Fields, FutureIncomingResponse, IncomingResponse, Method, OutgoingBody,
+    OutgoingRequest, RequestOptions, Scheme as WasiScheme,
 };
 use crate::component::wasi::io::streams::StreamError;
 use crate::config::Scheme;
@@ -51,6 +51,13 @@ impl Transport for WasiHttp {
         let _ = options.set_between_bytes_timeout(Some(BETWEEN_BYTES_TIMEOUT_NS));
 
         let body = outgoing.body().map_err(|()| refused("body"))?;
+        if request.body.is_empty() {
+            // Finished before it is sent, the request is whole: no body stream, and a host
+            // need not wait for one.
+            OutgoingBody::finish(body, None).map_err(error_code)?;
+            let future = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
+            return read_response(await_response(&future)?);
+        }
         let future = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
 
         // If the host refuses the request, writing the body fails first; the response future
@@ -79,22 +86,23 @@ impl Transport for WasiHttp {
             drop(stream);
         }
         let finished = OutgoingBody::finish(body, None);
-
-        future.subscribe().block();
-        let response = match future.get() {
-            Some(Ok(Ok(response))) => response,
-            Some(Ok(Err(code))) => return Err(error_code(code)),
-            Some(Err(())) => {
-                return Err(TransportError::Unreachable(
-                    "the response was already taken".into(),
-                ));
-            }
-            None => return Err(TransportError::Timeout("no response".into())),
-        };
+        let response = await_response(&future)?;
         if let Err(code) = finished {
             return Err(error_code(code));
         }
         read_response(response)
+    }
+}
+
+fn await_response(future: &FutureIncomingResponse) -> Result<IncomingResponse, TransportError> {
+    future.subscribe().block();
+    match future.get() {
+        Some(Ok(Ok(response))) => Ok(response),
+        Some(Ok(Err(code))) => Err(error_code(code)),
+        Some(Err(())) => Err(TransportError::Unreachable(
+            "the response was already taken".into(),
+        )),
+        None => Err(TransportError::Timeout("no response".into())),
     }
 }
 

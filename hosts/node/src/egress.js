@@ -11,26 +11,82 @@ import { isIP } from "node:net";
 import { PassThrough } from "node:stream";
 import { check } from "./policy.js";
 
+// No proxy from the environment (a proxy would connect where the policy never looked), and
+// certificates checked whatever NODE_TLS_REJECT_UNAUTHORIZED says. A kept-alive connection is
+// reused only by this store, and went to an address checked when it was opened.
 const agents = {
-  "http:": [httpRequest, new HttpAgent({ keepAlive: true })],
-  "https:": [httpsRequest, new HttpsAgent({ keepAlive: true })],
+  "http:": [httpRequest, new HttpAgent({ keepAlive: true, proxyEnv: null })],
+  "https:": [httpsRequest, new HttpsAgent({ keepAlive: true, proxyEnv: null, rejectUnauthorized: true })],
 };
 
-/** Request bodies by stream id: the shim forgets a stream when the component drops it, which it
- * may do before the request reads the body. */
+/** Request bodies by slot (src/http.js numbers them): a request may be sent before its body is
+ * written, and the shim forgets a stream when the component drops it. An entry is the body
+ * ({ body }: a stream, or null for none), a request waiting for it ({ waiting }), or a request
+ * that failed first ({ abandoned }). */
 const bodies = new Map();
 
-/** The addresses `host` resolves to: the host's own table first (`resolve`), then the system
- * resolver. An error is the contract's `DNS-error`. */
-async function resolve(host, table) {
-  if (isIP(host)) return [host];
-  const pinned = table?.[host.toLowerCase()];
-  if (pinned) return pinned;
-  try {
-    return (await systemLookup(host, { all: true, verbatim: true })).map((a) => a.address);
-  } catch (e) {
-    throw { tag: "DNS-error", val: { rcode: e.code ?? "no answer", infoCode: undefined } };
+function deliver(slot, body) {
+  const entry = bodies.get(slot);
+  if (entry?.abandoned) {
+    bodies.delete(slot);
+    release(body);
+  } else if (entry?.waiting) {
+    bodies.delete(slot);
+    entry.waiting(body);
+  } else {
+    bodies.set(slot, { body });
   }
+}
+
+/** The body of `slot`, once the component has written it or finished it unwritten. */
+function take(slot) {
+  if (slot === null) return Promise.resolve(null);
+  const entry = bodies.get(slot);
+  if (entry && "body" in entry) {
+    bodies.delete(slot);
+    return Promise.resolve(entry.body);
+  }
+  return new Promise((waiting) => bodies.set(slot, { waiting }));
+}
+
+/** A request that failed before taking its body. */
+function abandon(slot) {
+  if (slot === null || slot === undefined) return;
+  const entry = bodies.get(slot);
+  bodies.delete(slot);
+  if (entry && "body" in entry) release(entry.body);
+  else bodies.set(slot, { abandoned: true });
+}
+
+/** Ends a body nobody will send, so that the component sees the end rather than waiting: the
+ * writes it waits on (a full buffer, a flush) complete first, as destroying alone would leave
+ * their callbacks uncalled; then the stream is gone, and its next write fails. */
+export function release(body) {
+  if (!body || body.destroyed) return;
+  body.unpipe();
+  body.resume();
+  setImmediate(() => body.destroy());
+}
+
+/** The addresses a request to `host` may go to: every one it resolves to (the `resolve` table
+ * first, then the system resolver), each allowed by `rules`. Throws the contract's error code:
+ * `DNS-error` when it resolves to nothing, `destination-IP-prohibited` when any is refused. */
+export async function destinations(host, rules) {
+  let addresses;
+  if (isIP(host)) {
+    addresses = [host];
+  } else if (rules.resolve?.has(host.toLowerCase())) {
+    addresses = rules.resolve.get(host.toLowerCase());
+  } else {
+    try {
+      addresses = (await systemLookup(host, { all: true, verbatim: true })).map((a) => a.address);
+    } catch (e) {
+      throw { tag: "DNS-error", val: { rcode: e.code ?? "no answer", infoCode: undefined } };
+    }
+  }
+  if (addresses.length === 0) throw { tag: "DNS-error", val: { rcode: "no address", infoCode: undefined } };
+  if (check(addresses, rules) !== null) throw { tag: "destination-IP-prohibited" };
+  return addresses;
 }
 
 /** A `lookup` for a connection that answers with the addresses checked and nothing else. */
@@ -51,11 +107,13 @@ function pinnedLookup(addresses) {
   };
 }
 
+const CERTIFICATE = /^(CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT$|SELF_SIGNED_CERT_IN_CHAIN$|ERR_TLS_CERT_ALTNAME_INVALID$|HOSTNAME_MISMATCH$)/;
+
 /** A Node error as the contract's `error-code`. A reset is `connection-terminated`, which the
  * guest tries again with its whole budget; a reply that is not HTTP is `HTTP-protocol-error`. */
 export function errorCode(e) {
   if (e?.tag) return e;
-  const code = e?.code ?? "";
+  const code = typeof e?.code === "string" ? e.code : "";
   if (code === "ECONNRESET" || code === "EPIPE" || code === "ECONNABORTED") {
     return { tag: "connection-terminated" };
   }
@@ -66,14 +124,9 @@ export function errorCode(e) {
     return { tag: "DNS-error", val: { rcode: code, infoCode: undefined } };
   }
   if (code.startsWith("HPE_")) return { tag: "HTTP-protocol-error" };
-  if (
-    code.startsWith("CERT_") ||
-    code.includes("SELF_SIGNED") ||
-    code === "UNABLE_TO_VERIFY_LEAF_SIGNATURE" ||
-    code === "UNABLE_TO_GET_ISSUER_CERT_LOCALLY" ||
-    code === "ERR_TLS_CERT_ALTNAME_INVALID"
-  ) {
-    return { tag: "TLS-certificate-error" };
+  if (CERTIFICATE.test(code)) return { tag: "TLS-certificate-error" };
+  if (code.startsWith("ERR_SSL_") && code.includes("_ALERT_")) {
+    return { tag: "TLS-alert-received", val: { alertId: undefined, alertMessage: e.message } };
   }
   if (code.startsWith("ERR_SSL_") || code === "EPROTO") return { tag: "TLS-protocol-error" };
   return { tag: "internal-error", val: e?.message ?? String(e) };
@@ -87,44 +140,65 @@ export function splitAuthority(authority) {
   return colon >= 0 ? [authority.slice(0, colon), authority.slice(colon + 1)] : [authority, ""];
 }
 
-const ms = (ns) => (ns === undefined ? undefined : Number(ns / 1_000_000n));
+const ms = (ns) => (ns === undefined || ns === null ? undefined : Number(ns / 1_000_000n));
 
-/** Sends one request; the promise is its response, or its `error-code`. */
-async function send(io, { method, scheme, authority, path, headers, bodyId, rules, timeouts }) {
-  const body = bodies.get(bodyId);
-  bodies.delete(bodyId);
-  const fail = (e) => {
-    // The component may be waiting to write more of the body: let it see the end.
-    body?.destroy();
+/** Rejects with `error` when `promise` takes longer than `limit` ms. */
+function within(promise, limit, error) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(error), limit);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
+/** Sends one request; the promise is its response, or its `error-code`. Every failure, thrown
+ * anywhere, is an error code, and the body is released. */
+async function send(io, request) {
+  try {
+    return await attempt(io, request);
+  } catch (e) {
+    if (!request.taken) abandon(request.bodySlot);
     throw errorCode(e);
-  };
+  }
+}
+
+async function attempt(io, request) {
+  const { method, scheme, authority, path, headers, bodySlot, rules, timeouts } = request;
   const agent = agents[scheme];
-  if (!agent) fail({ tag: "HTTP-protocol-error" });
+  if (!agent) throw { tag: "HTTP-protocol-error" };
   const [host, port] = splitAuthority(authority);
-  const addresses = await resolve(host, rules.resolve).catch(fail);
-  const why = check(addresses, rules);
-  if (why !== null) fail({ tag: "destination-IP-prohibited" });
+  const connectMs = ms(timeouts.connect) ?? 10_000;
+  const addresses = await within(destinations(host, rules), connectMs, { tag: "DNS-timeout" });
+  const body = await take(bodySlot);
+  request.taken = true;
 
   return new Promise((resolve, reject) => {
+    let timer;
+    let req;
     const failed = (e) => {
       clearTimeout(timer);
-      req.destroy();
-      body?.destroy();
+      req?.destroy();
+      release(body);
       reject(errorCode(e));
     };
-    const [request, pool] = agent;
-    const req = request({
-      agent: pool,
-      method,
-      host,
-      port: port || undefined,
-      path,
-      lookup: pinnedLookup(addresses),
-      servername: isIP(host) ? undefined : host,
-      headers,
-    });
+    try {
+      const [open, pool] = agent;
+      req = open({
+        agent: pool,
+        method,
+        host,
+        port: port || undefined,
+        path,
+        lookup: pinnedLookup(addresses),
+        servername: isIP(host) ? undefined : host,
+        headers,
+      });
+    } catch (e) {
+      failed(e);
+      return;
+    }
     // Until the response: the connect timeout while connecting, then the first byte's.
-    let timer = setTimeout(() => failed({ tag: "connection-timeout" }), ms(timeouts.connect) ?? 10_000);
+    timer = setTimeout(() => failed({ tag: "connection-timeout" }), connectMs);
     req.once("socket", (socket) => {
       const connected = () => {
         clearTimeout(timer);
@@ -134,13 +208,15 @@ async function send(io, { method, scheme, authority, path, headers, bodyId, rule
       if (socket.connecting) socket.once(scheme === "https:" ? "secureConnect" : "connect", connected);
       else connected();
     });
-    req.once("error", failed);
+    // `on`, not `once`: a second error event would otherwise be uncaught in the IO worker.
+    req.on("error", failed);
     req.once("response", (res) => {
       clearTimeout(timer);
       const between = ms(timeouts.betweenBytes);
       if (between !== undefined) {
         res.setTimeout(between, () => res.destroy(Object.assign(new Error("no byte in time"), { code: "ETIMEDOUT" })));
       }
+      // Header bytes travel as they came: Node reads them as latin1, one byte to a character.
       const raw = res.rawHeaders;
       const pairs = [];
       for (let i = 0; i + 1 < raw.length; i += 2) pairs.push([raw[i], raw[i + 1]]);
@@ -158,11 +234,11 @@ export default function create(io) {
       case "body": {
         const body = new PassThrough();
         const id = io.createWritableStream(body);
-        bodies.set(id, body);
+        deliver(args, body);
         return id;
       }
-      case "forget":
-        bodies.delete(args);
+      case "finish":
+        deliver(args, null);
         return undefined;
       case "send":
         return io.createFuture(send(io, args));

@@ -16,8 +16,6 @@ import {
 
 const { Fields } = shim;
 const EGRESS = new URL("./egress.js", import.meta.url);
-const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 const symbolDispose = Symbol.dispose ?? Symbol.for("dispose");
 
 /** Where this store's requests may go: src/policy.js's rules, and the host's own name table. */
@@ -29,35 +27,40 @@ const rules = {
 
 const egress = (operation, args) => callExtension(EGRESS, operation, [args]);
 
-class OutgoingBody {
-  #id;
-  #stream;
+let nextSlot = 1;
 
-  constructor(id) {
-    this.#id = id;
-    this.#stream = outputStreamCreate(id);
-  }
+/** A request's body, known to the IO worker by its slot. Its stream is made only when the
+ * component writes, so a body finished unwritten is no body and costs no call. */
+class OutgoingBody {
+  #slot = nextSlot++;
+  /** "open", "written" or "finished" (unwritten). */
+  #state = "open";
+  #sent = false;
 
   write() {
-    if (this.#stream === null) throw undefined;
-    const stream = this.#stream;
-    this.#stream = null;
-    return stream;
+    if (this.#state !== "open") throw undefined;
+    this.#state = "written";
+    return outputStreamCreate(egress("body", this.#slot));
   }
 
   /** Dropping the body's stream ends it (the shim's stream); finishing adds nothing to that. */
   static finish(body, trailers) {
     if (trailers) throw { tag: "internal-error", val: "trailers are not supported" };
-    body.#stream?.[symbolDispose]?.();
-    body.#stream = null;
+    if (body.#state !== "open") return;
+    body.#state = "finished";
+    // A request sent already waits for its body: tell it there is none.
+    if (body.#sent) egress("finish", body.#slot);
   }
 
-  static _id(body) {
-    return body?.#id;
+  /** The slot the request takes its body from, or null for no body; the body is sent. */
+  static _send(body) {
+    if (body === null) return null;
+    body.#sent = true;
+    return body.#state === "finished" ? null : body.#slot;
   }
 }
-const bodyId = OutgoingBody._id;
-delete OutgoingBody._id;
+const sendBody = OutgoingBody._send;
+delete OutgoingBody._send;
 
 class OutgoingRequest {
   #method = { tag: "get" };
@@ -75,7 +78,7 @@ class OutgoingRequest {
   body() {
     if (this.#bodyTaken) throw undefined;
     this.#bodyTaken = true;
-    this.#body = new OutgoingBody(egress("body"));
+    this.#body = new OutgoingBody();
     return this.#body;
   }
 
@@ -125,8 +128,12 @@ class OutgoingRequest {
   static _send(request, options) {
     if (!request.#pathWithQuery) throw { tag: "HTTP-request-URI-invalid" };
     if (!request.#authority) throw { tag: "HTTP-request-URI-invalid" };
-    const headers = [];
-    for (const [name, value] of request.#headers.entries()) headers.push(name, decoder.decode(value));
+    // Node writes header values as latin1, one byte to a character: the bytes go as they are.
+    // Given raw headers, Node adds no Host: it is the authority, as the Rust host sends it.
+    const headers = ["Host", request.#authority];
+    for (const [name, value] of request.#headers.entries()) {
+      if (name.toLowerCase() !== "host") headers.push(name, Buffer.from(value).toString("latin1"));
+    }
     const method = request.#method.tag === "other" ? request.#method.val : request.#method.tag;
     return egress("send", {
       method: method.toUpperCase(),
@@ -134,7 +141,7 @@ class OutgoingRequest {
       authority: request.#authority,
       path: request.#pathWithQuery,
       headers,
-      bodyId: bodyId(request.#body),
+      bodySlot: sendBody(request.#body),
       rules,
       timeouts: {
         connect: options?.connectTimeout(),
@@ -177,7 +184,7 @@ class IncomingResponse {
     this.#headers = Fields.fromList(
       headers
         .filter(([name]) => !_forbiddenHeaders.has(name.toLowerCase()))
-        .map(([name, value]) => [name, encoder.encode(value)]),
+        .map(([name, value]) => [name, new Uint8Array(Buffer.from(value, "latin1"))]),
     );
     this.#body = new IncomingBody(bodyStreamId);
   }

@@ -44,16 +44,17 @@ export async function open(uri, settings = {}, options = {}) {
   return store;
 }
 
-/** The `resolve` option checked and keyed by lower-case name: { name: [address, ...] }. */
+/** The `resolve` option checked, as a Map from lower-case name to its addresses. An address
+ * takes no zone (`%eth0`): the policy classes addresses, not interfaces. */
 function names(table) {
   if (table === undefined || table === null) return null;
-  const out = {};
+  const out = new Map();
   for (const [name, addresses] of Object.entries(table)) {
     const list = Array.isArray(addresses) ? addresses : [addresses];
-    if (list.length === 0 || !list.every((a) => typeof a === "string" && isIP(a))) {
-      throw new BackendError({ kind: "invalid-config", message: `resolve: ${name} needs IP addresses` });
+    if (list.length === 0 || !list.every((a) => typeof a === "string" && isIP(a) && !a.includes("%"))) {
+      throw new BackendError({ kind: "invalid-config", message: `resolve: ${name} needs IP addresses, without a zone` });
     }
-    out[name.toLowerCase()] = list;
+    out.set(name.toLowerCase(), list);
   }
   return out;
 }

@@ -45,7 +45,8 @@ function v6Words(ip) {
 /** What kind of address `ip` is, as the Rust host's `AddressClass`: "metadata", "loopback",
  * "link-local", "private", or "public". */
 export function classify(address) {
-  let ip = address.toLowerCase();
+  // A zone (`fe80::1%eth0`) names an interface, not another address: classed without it.
+  let ip = address.toLowerCase().replace(/%.*$/, "");
   if (isIP(ip) === 6) {
     const w = v6Words(ip);
     const n = v6Number(w);
@@ -88,7 +89,7 @@ export function refusal(kind, rules) {
 /** Why a request to these addresses (every one a name resolved to) is refused, or null: one
  * refused address refuses the request, whichever of them a connection would use. */
 export function check(addresses, rules) {
-  if (addresses.length === 0) return "the name resolved to no address";
+  if (addresses.length === 0) return "no address to check";
   for (const ip of addresses) {
     const why = refusal(classify(ip), rules);
     if (why !== null) return `${ip}: ${why}`;

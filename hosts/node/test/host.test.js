@@ -2,10 +2,15 @@
 // reset connection is retried. Every connection here is to 127.0.0.1, refused or not.
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { PassThrough } from "node:stream";
+import { fileURLToPath } from "node:url";
 import { connect, createServer } from "node:net";
 import { test } from "node:test";
-import { errorCode, splitAuthority } from "../src/egress.js";
+import { destinations, errorCode, release, splitAuthority } from "../src/egress.js";
 import { CONTRACT_VERSION } from "../src/glue.js";
 import { check, classify } from "../src/policy.js";
 import { open } from "../src/index.js";
@@ -154,8 +159,8 @@ test("a store closed, a lock given back twice, a lock of another store", async (
   await assert.rejects(a.get("x"), (e) => e.kind === "host" && /gone/.test(e.message));
 });
 
-/** A server on 127.0.0.1 that keeps the first bytes of each connection, then closes it. */
-async function recordingServer() {
+/** A server on `host` that keeps the first bytes of each connection, then closes it. */
+async function recordingServer(host = "127.0.0.1") {
   const server = createServer((socket) => {
     socket.once("data", (bytes) => {
       server.seen.push(bytes);
@@ -163,88 +168,145 @@ async function recordingServer() {
     });
   });
   server.seen = [];
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  await new Promise((resolve) => server.listen(0, host, resolve));
   return server;
 }
 
-test("a name from the host's table goes to the address checked, over http and https", async () => {
-  // `.invalid` never resolves (RFC 6761): a request that reaches anything went where the table,
-  // checked by the policy, said, and was not resolved again at connect.
+/** A relay on `host` to the ClickHouse under test that keeps each connection's first bytes. */
+async function relay(host) {
   const real = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
-  const ip = real.hostname.replace(/^\[|\]$/g, "");
-  const resolve = { "ClickHouse.invalid": [ip] };
+  const server = createServer((socket) => {
+    const upstream = connect(Number(real.port || 8123), real.hostname.replace(/^\[|\]$/g, ""));
+    socket.once("data", (bytes) => server.seen.push(bytes));
+    socket.pipe(upstream).pipe(socket);
+    socket.on("error", () => upstream.destroy());
+    upstream.on("error", () => socket.destroy());
+  });
+  server.seen = [];
+  const listening = await new Promise((resolve) => {
+    server.once("error", () => resolve(false));
+    server.listen(0, host, () => resolve(true));
+  });
+  const user = `${real.username || "default"}:${real.password}`;
+  return listening ? Object.assign(server, { user }) : null;
+}
+
+test("a name from the host's table goes to the address checked, over http and https", async () => {
+  // `localhost` is mapped to 127.0.0.2, where only the relay listens: a request that reaches
+  // it went where the table, checked by the policy, said, and was not resolved again at
+  // connect (the system's localhost is 127.0.0.1, where nothing listens on this port).
+  const resolve = { LocalHost: ["127.0.0.2"] };
+  const plainRelay = await relay("127.0.0.2");
+  const port = plainRelay.address().port;
   const plain = await open(
-    `clickhouse://${real.username || "default"}:${real.password}@clickhouse.invalid:${real.port || 8123}/default`,
-    { schema: "node_api", table: `pinned_${process.pid}` },
+    `clickhouse://${plainRelay.user}@localhost:${port}/default`,
+    { schema: "node_api", table: `pinned_${process.pid}`, retries: "0" },
     { allowLoopback: true, resolve },
   );
   try {
     await plain.migrate();
     await plain.set({ stateId: "pinned", partial: "{}", completed: '{"singer_state":{"a":1}}' });
     assert.equal((await plain.get("pinned")).completed, '{"singer_state":{"a":1}}');
+    assert.ok(plainRelay.seen.length >= 1);
+    assert.match(plainRelay.seen[0].toString("latin1"), new RegExp(`\r\nHost: localhost:${port}\r\n`));
   } finally {
     await plain.close();
+    plainRelay.close();
   }
 
-  const server = await recordingServer();
+  const server = await recordingServer("127.0.0.2");
   const secure = await open(
-    `clickhouse://default:@clickhouse.invalid:${server.address().port}/default?secure=true`,
+    `clickhouse://default:@localhost:${server.address().port}/default?secure=true`,
     { retries: "0" },
-    { allowLoopback: true, resolve: { "clickhouse.invalid": ["127.0.0.1"] } },
+    { allowLoopback: true, resolve },
   );
   try {
     await assert.rejects(secure.get("x"), (e) => e.kind === "unreachable");
     assert.equal(server.seen.length, 1, "one connection, to the address checked");
     const hello = server.seen[0];
     assert.equal(hello[0], 0x16, "a TLS handshake");
-    assert.ok(hello.includes(Buffer.from("clickhouse.invalid")), "the name is kept for the certificate (SNI)");
+    assert.ok(hello.includes(Buffer.from("localhost")), "the name is kept for the certificate (SNI)");
   } finally {
     await secure.close();
     server.close();
   }
 });
 
-test("a name from the host's table is refused by its address, before any connection", async () => {
-  const server = await recordingServer();
-  const store = await open(
-    `clickhouse://default:@clickhouse.invalid:${server.address().port}/default`,
-    { retries: "0" },
-    { resolve: { "clickhouse.invalid": ["127.0.0.1"] } },
-  );
-  try {
-    await assert.rejects(store.get("x"), (e) => e.kind === "unreachable" && /address is refused/.test(e.message));
-    assert.equal(server.seen.length, 0);
-  } finally {
-    await store.close();
-    server.close();
-  }
+test("every address of a name is checked, the table's as the resolver's", async () => {
+  // No connection here: what a request may go to, decided.
+  const rules = (allowLoopback, table) => ({ allowLoopback, refusePrivate: false, resolve: new Map(table) });
+  const table = [["two.test", ["127.0.0.2", "169.254.169.254"]], ["one.test", ["127.0.0.2"]]];
+  await assert.rejects(destinations("two.test", rules(true, table)), { tag: "destination-IP-prohibited" });
+  await assert.rejects(destinations("ONE.test", rules(false, table)), { tag: "destination-IP-prohibited" });
+  assert.deepEqual(await destinations("One.Test", rules(true, table)), ["127.0.0.2"]);
+  await assert.rejects(destinations("none.test", rules(true, [["none.test", []]])), (e) => e.tag === "DNS-error");
+  await assert.rejects(destinations("::ffff:169.254.169.254%lo", rules(true, [])), { tag: "destination-IP-prohibited" });
+  await assert.rejects(destinations("localhost", rules(false, [])), { tag: "destination-IP-prohibited" });
+  assert.ok((await destinations("localhost", rules(true, []))).length >= 1);
   await assert.rejects(
-    open("clickhouse://default:@a.invalid/default", {}, { resolve: { "a.invalid": ["not an address"] } }),
+    open("clickhouse://default:@a.test/default", {}, { resolve: { "a.test": ["::ffff:127.0.0.1%lo"] } }),
+    (e) => e.kind === "invalid-config" && /zone/.test(e.message),
+  );
+  await assert.rejects(
+    open("clickhouse://default:@a.test/default", {}, { resolve: { "a.test": ["not an address"] } }),
     (e) => e.kind === "invalid-config" && /resolve/.test(e.message),
   );
 });
 
+test("header bytes go as they are, with the authority as Host", async () => {
+  const server = await recordingServer();
+  const port = server.address().port;
+  const store = await open(`clickhouse://default:p%C3%A4ss@127.0.0.1:${port}/default`, { retries: "0" }, { allowLoopback: true });
+  try {
+    await assert.rejects(store.get("x"));
+    const head = server.seen[0];
+    assert.ok(head.includes(Buffer.from("X-ClickHouse-Key: p\u00e4ss\r\n", "utf8")), head.toString("latin1"));
+    assert.ok(head.includes(Buffer.from(`Host: 127.0.0.1:${port}\r\n`)), head.toString("latin1"));
+  } finally {
+    await store.close();
+    server.close();
+  }
+});
+
+test("a released body lets the writes waiting on it finish", { timeout: 5000 }, async () => {
+  const body = new PassThrough();
+  // Past the buffer, unread: the write's callback waits, as the component's flush does.
+  const waiting = new Promise((resolve) => body.write(Buffer.alloc(64 * 1024), resolve));
+  release(body);
+  await waiting;
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.ok(body.destroyed);
+});
+
+test("a component of another contract version is refused, and the output is left alone", async () => {
+  const wasm = readFileSync(new URL("../../../target/wasm32-wasip2/release-guest/clickhouse_state.wasm", import.meta.url));
+  const text = wasm.toString("latin1");
+  const patched = Buffer.from(text.replaceAll(`state-backend/clock@${CONTRACT_VERSION}`, "state-backend/clock@9.9.9"), "latin1");
+  assert.notEqual(Buffer.compare(patched, wasm), 0, "the version is in the component");
+  const dir = mkdtempSync(join(tmpdir(), "node-host-build-"));
+  try {
+    writeFileSync(join(dir, "other.wasm"), patched);
+    mkdirSync(join(dir, "out"));
+    writeFileSync(join(dir, "out", "kept.txt"), "kept");
+    const build = fileURLToPath(new URL("../build.js", import.meta.url));
+    const run = spawnSync(process.execPath, [build, join(dir, "other.wasm"), join(dir, "out")], { encoding: "utf8" });
+    assert.equal(run.status, 1, run.stderr);
+    assert.match(run.stderr, /9\.9\.9/);
+    assert.deepEqual(readdirSync(join(dir, "out")), ["kept.txt"]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test("an IPv6 authority reaches its server", async (t) => {
-  // A relay on ::1 to the ClickHouse under test (itself on any loopback address).
-  const real = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
-  const relay = createServer((socket) => {
-    relay.accepted++;
-    const upstream = connect(Number(real.port || 8123), real.hostname.replace(/^\[|\]$/g, ""));
-    socket.pipe(upstream).pipe(socket);
-    socket.on("error", () => upstream.destroy());
-    upstream.on("error", () => socket.destroy());
-  });
-  relay.accepted = 0;
-  const listening = await new Promise((resolve) => {
-    relay.once("error", () => resolve(false));
-    relay.listen(0, "::1", () => resolve(true));
-  });
-  if (!listening) {
+  const v6 = await relay("::1");
+  if (v6 === null) {
     t.skip("this machine has no ::1");
     return;
   }
+  const port = v6.address().port;
   const store = await open(
-    `clickhouse://${real.username || "default"}:${real.password}@[::1]:${relay.address().port}/default`,
+    `clickhouse://${v6.user}@[::1]:${port}/default`,
     { schema: "node_api", table: `v6_${process.pid}` },
     { allowLoopback: true },
   );
@@ -252,9 +314,34 @@ test("an IPv6 authority reaches its server", async (t) => {
     await store.migrate();
     await store.set({ stateId: "v6", partial: "{}", completed: "{}" });
     assert.deepEqual(await store.stateIds("v6"), ["v6"]);
-    assert.ok(relay.accepted >= 1);
+    assert.match(v6.seen[0].toString("latin1"), new RegExp(`\r\nHost: \\[::1\\]:${port}\r\n`));
   } finally {
     await store.close();
-    relay.close();
+    v6.close();
+  }
+});
+
+test("a large body is sent whole, and a refused one does not keep the component waiting", async () => {
+  // Over the stream's 16 KiB, so that the component waits on the body to drain.
+  const big = JSON.stringify({ singer_state: { bookmarks: { s: { blob: "x".repeat(300_000) } } } });
+  const store = await open(clickhouse(), { schema: "node_api", table: `big_${process.pid}` }, { allowLoopback: true });
+  try {
+    await store.migrate();
+    await store.set({ stateId: "big", partial: "{}", completed: big });
+    assert.equal((await store.get("big")).completed, big);
+  } finally {
+    await store.close();
+  }
+  const server = await recordingServer();
+  const refused = await open(`clickhouse://default:@127.0.0.1:${server.address().port}/default`, { retries: "0" });
+  try {
+    await assert.rejects(
+      refused.set({ stateId: "big", partial: "{}", completed: big }),
+      (e) => e.kind === "unreachable" && /address is refused/.test(e.message),
+    );
+    assert.equal(server.seen.length, 0);
+  } finally {
+    await refused.close();
+    server.close();
   }
 });
