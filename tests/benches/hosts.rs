@@ -25,6 +25,9 @@ mod host;
 use host::root;
 
 const OPERATIONS: [&str; 4] = ["get", "set", "update", "state_ids"];
+/// Parts of the Node path that `bench.js` times alone: one synchronous call to the shim's IO
+/// worker, one message to a store's Worker and back.
+const PARTS: [&str; 2] = ["shim_call", "worker_message"];
 
 fn state(i: usize) -> State {
     State::completed(
@@ -76,12 +79,28 @@ fn node_batch(table: &TestTable, count: usize, samples: &mut BTreeMap<&str, Samp
     let text = String::from_utf8_lossy(&output.stdout);
     let batch: BTreeMap<String, Vec<f64>> =
         serde_json::from_str(text.lines().last().unwrap_or_default()).expect("JSON from bench.js");
-    for op in OPERATIONS {
+    for op in OPERATIONS.into_iter().chain(PARTS) {
         let s = samples.entry(op).or_default();
         for ms in batch.get(op).expect("each operation") {
             s.push(*ms);
         }
     }
+}
+
+/// The calls to the shim's IO worker each operation makes (`calls.js` counts them).
+fn shim_calls(table: &TestTable) -> BTreeMap<String, u32> {
+    let output = std::process::Command::new("node")
+        .current_dir(root().join("hosts/node"))
+        .args(["calls.js", &table.target.uri(), SCHEMA, &table.name])
+        .output()
+        .expect("node runs");
+    assert!(
+        output.status.success(),
+        "calls.js failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or_default()).expect("JSON from calls.js")
 }
 
 fn env_or(name: &str, default: usize) -> usize {
@@ -115,21 +134,32 @@ fn main() {
             node_batch(&node_table, count, &mut node);
         }
         ours.close().await.expect("close");
+        let calls = shim_calls(&node_table);
+        let (call, message) = (node["shim_call"].p50(), node["worker_message"].p50());
+        println!(
+            "one call to the shim's IO worker {:.0} µs, one message to the Worker {:.0} µs",
+            call * 1000.0,
+            message * 1000.0
+        );
         let mut rows = String::new();
         for op in OPERATIONS {
             let (r, n) = (&rust[op], &node[op]);
             let ratio = n.p50() / r.p50();
+            let count = calls.get(op).copied().expect("a count for each operation");
+            let spent = f64::from(count) * call + message;
             println!(
-                "{op}: ours p50 {:.2} ms, Node {:.2} ms: {ratio:.2}x",
+                "{op}: ours p50 {:.2} ms, Node {:.2} ms: {ratio:.2}x; {count} shim calls",
                 r.p50(),
                 n.p50()
             );
             rows += &format!(
-                "| `{op}` | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | **{ratio:.2}x** |\n",
+                "| `{op}` | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | **{ratio:.2}x** | {:.2} ms | \
+                 {count} | {spent:.2} ms |\n",
                 r.p50(),
                 r.quantile(0.95),
                 n.p50(),
                 n.quantile(0.95),
+                n.p50() - r.p50(),
             );
         }
         format!(
@@ -139,11 +169,18 @@ fn main() {
              Node host (`hosts/node`: jco and its WASI shim, Node {}), each on its own table of \
              the local ClickHouse, {rounds} batches each taking turns, {count} calls per \
              operation per batch; the lock kept between updates in both.\n\n\
-             | operation | ours p50 | ours p95 | Node p50 | Node p95 | Node / ours (p50) |\n\
-             |---|---:|---:|---:|---:|---:|\n{rows}",
+             Where Node's time goes, in the same run: one synchronous call to the shim's IO worker \
+             takes {:.0} µs (p50), and one message to a store's Worker and back {:.0} µs. `shim \
+             calls` is how many calls an operation makes (`hosts/node/calls.js` counts them); \
+             `their time` is those calls and one message, at these medians.\n\n\
+             | operation | ours p50 | ours p95 | Node p50 | Node p95 | Node / ours (p50) | \
+             gap (p50) | shim calls | their time |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|\n{rows}",
             integration_tests::machine_summary(),
             started.elapsed().as_secs_f64(),
             node_version(),
+            call * 1000.0,
+            message * 1000.0,
         )
     });
     let path = root().join("tests/benches/results/report.md");
