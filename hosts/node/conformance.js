@@ -8,6 +8,12 @@ import { randomBytes } from "node:crypto";
 import { isIP } from "node:net";
 import { BackendError, open } from "./src/index.js";
 
+// A call that never answers fails the run rather than hanging it.
+setTimeout(() => {
+  console.error("conformance.js: no result after 15 minutes");
+  process.exit(1);
+}, 15 * 60_000).unref();
+
 const args = process.argv.slice(2);
 const componentAt = args.indexOf("--component");
 const component = componentAt >= 0 ? args.splice(componentAt, 2)[1] : undefined;

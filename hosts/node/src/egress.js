@@ -9,7 +9,11 @@ import { Agent as HttpAgent, request as httpRequest } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { isIP } from "node:net";
 import { PassThrough } from "node:stream";
+import { finished as streamEnded } from "node:stream/promises";
+import { aborted, done, finished, release, take, whole, written } from "./bodies.js";
 import { check } from "./policy.js";
+
+export { release };
 
 // No proxy from the environment (a proxy would connect where the policy never looked), and
 // certificates checked whatever NODE_TLS_REJECT_UNAUTHORIZED says. A kept-alive connection is
@@ -19,59 +23,10 @@ const agents = {
   "https:": [httpsRequest, new HttpsAgent({ keepAlive: true, proxyEnv: null, rejectUnauthorized: true })],
 };
 
-/** Request bodies by slot (src/http.js numbers them): a request may be sent before its body is
- * written, and the shim forgets a stream when the component drops it. An entry is the body
- * ({ body }: a stream, or null for none), a request waiting for it ({ waiting }), or a request
- * that failed first ({ abandoned }). */
-const bodies = new Map();
-
-function deliver(slot, body) {
-  const entry = bodies.get(slot);
-  if (entry?.abandoned) {
-    bodies.delete(slot);
-    release(body);
-  } else if (entry?.waiting) {
-    bodies.delete(slot);
-    entry.waiting(body);
-  } else {
-    bodies.set(slot, { body });
-  }
-}
-
-/** The body of `slot`, once the component has written it or finished it unwritten. */
-function take(slot) {
-  if (slot === null) return Promise.resolve(null);
-  const entry = bodies.get(slot);
-  if (entry && "body" in entry) {
-    bodies.delete(slot);
-    return Promise.resolve(entry.body);
-  }
-  return new Promise((waiting) => bodies.set(slot, { waiting }));
-}
-
-/** A request that failed before taking its body. */
-function abandon(slot) {
-  if (slot === null || slot === undefined) return;
-  const entry = bodies.get(slot);
-  bodies.delete(slot);
-  if (entry && "body" in entry) release(entry.body);
-  else bodies.set(slot, { abandoned: true });
-}
-
-/** Ends a body nobody will send, so that the component sees the end rather than waiting: the
- * writes it waits on (a full buffer, a flush) complete first, as destroying alone would leave
- * their callbacks uncalled; then the stream is gone, and its next write fails. */
-export function release(body) {
-  if (!body || body.destroyed) return;
-  body.unpipe();
-  body.resume();
-  setImmediate(() => body.destroy());
-}
-
 /** The addresses a request to `host` may go to: every one it resolves to (the `resolve` table
  * first, then the system resolver), each allowed by `rules`. Throws the contract's error code:
  * `DNS-error` when it resolves to nothing, `destination-IP-prohibited` when any is refused. */
-export async function destinations(host, rules) {
+export async function destinations(host, rules, resolver = systemLookup) {
   let addresses;
   if (isIP(host)) {
     addresses = [host];
@@ -79,7 +34,7 @@ export async function destinations(host, rules) {
     addresses = rules.resolve.get(host.toLowerCase());
   } else {
     try {
-      addresses = (await systemLookup(host, { all: true, verbatim: true })).map((a) => a.address);
+      addresses = (await resolver(host, { all: true, verbatim: true })).map((a) => a.address);
     } catch (e) {
       throw { tag: "DNS-error", val: { rcode: e.code ?? "no answer", infoCode: undefined } };
     }
@@ -154,10 +109,16 @@ function within(promise, limit, error) {
 /** Sends one request; the promise is its response, or its `error-code`. Every failure, thrown
  * anywhere, is an error code, and the body is released. */
 async function send(io, request) {
+  // The request is done with its body once, whichever way it ends.
+  let ended = false;
+  request.end = () => {
+    if (!ended) done(request.bodySlot);
+    ended = true;
+  };
   try {
     return await attempt(io, request);
   } catch (e) {
-    if (!request.taken) abandon(request.bodySlot);
+    request.end();
     throw errorCode(e);
   }
 }
@@ -170,7 +131,6 @@ async function attempt(io, request) {
   const connectMs = ms(timeouts.connect) ?? 10_000;
   const addresses = await within(destinations(host, rules), connectMs, { tag: "DNS-timeout" });
   const body = await take(bodySlot);
-  request.taken = true;
 
   return new Promise((resolve, reject) => {
     let timer;
@@ -178,7 +138,7 @@ async function attempt(io, request) {
     const failed = (e) => {
       clearTimeout(timer);
       req?.destroy();
-      release(body);
+      request.end();
       reject(errorCode(e));
     };
     try {
@@ -210,6 +170,9 @@ async function attempt(io, request) {
     });
     // `on`, not `once`: a second error event would otherwise be uncaught in the IO worker.
     req.on("error", failed);
+    // Answered (or closed) before the whole body went, the body is released: the component
+    // may be waiting to write the rest.
+    req.once("close", request.end);
     req.once("response", (res) => {
       clearTimeout(timer);
       const between = ms(timeouts.betweenBytes);
@@ -222,8 +185,14 @@ async function attempt(io, request) {
       for (let i = 0; i + 1 < raw.length; i += 2) pairs.push([raw[i], raw[i + 1]]);
       resolve({ status: res.statusCode, headers: pairs, bodyStreamId: io.createReadableStream(res) });
     });
-    if (body) body.pipe(req);
-    else req.end();
+    if (body) {
+      // The request ends when the body is whole: its stream ended and the component finished
+      // it. Dropped unfinished, the request fails rather than send a part.
+      body.pipe(req, { end: false });
+      Promise.all([streamEnded(body), whole(bodySlot)]).then(() => req.end(), failed);
+    } else {
+      req.end();
+    }
   });
 }
 
@@ -234,11 +203,18 @@ export default function create(io) {
       case "body": {
         const body = new PassThrough();
         const id = io.createWritableStream(body);
-        deliver(args, body);
+        written(args, body);
         return id;
       }
       case "finish":
-        deliver(args, null);
+        finished(args);
+        return undefined;
+      case "abort":
+        aborted(args);
+        return undefined;
+      case "forget":
+        aborted(args);
+        done(args);
         return undefined;
       case "send":
         return io.createFuture(send(io, args));

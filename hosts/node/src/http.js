@@ -1,10 +1,11 @@
-// wasi:http/types and wasi:http/outgoing-handler for the component: the resources of an outgoing
-// request are this host's, and the request is made by src/egress.js in the shim's IO worker,
-// behind the egress policy (src/policy.js). The rest of wasi:http/types (fields, options, the
-// server side) is the shim's. Streams and pollables are the shim's wasi:io, as for any resource.
+// wasi:http/types and wasi:http/outgoing-handler for the component: the fields (src/fields.js)
+// and the resources of an outgoing request are this host's, and the request is made by
+// src/egress.js in the shim's IO worker, behind the egress policy (src/policy.js). The rest of
+// wasi:http/types (options, the server side) is the shim's; streams and pollables are the
+// shim's wasi:io, as for any resource.
 
 import { workerData } from "node:worker_threads";
-import { types as shim, _forbiddenHeaders } from "@bytecodealliance/preview2-shim/http";
+import { types as shim } from "@bytecodealliance/preview2-shim/http";
 import {
   callExtension,
   futureDispose,
@@ -14,7 +15,8 @@ import {
   outputStreamCreate,
 } from "@bytecodealliance/preview2-shim/io-worker";
 
-const { Fields } = shim;
+import { Fields, freezeFields, receivedFields } from "./fields.js";
+
 const EGRESS = new URL("./egress.js", import.meta.url);
 const symbolDispose = Symbol.dispose ?? Symbol.for("dispose");
 
@@ -29,38 +31,55 @@ const egress = (operation, args) => callExtension(EGRESS, operation, [args]);
 
 let nextSlot = 1;
 
-/** A request's body, known to the IO worker by its slot. Its stream is made only when the
- * component writes, so a body finished unwritten is no body and costs no call. */
+/** A request's body, known to the IO worker by its slot (src/bodies.js). Its stream is made
+ * only when the component writes, so a body finished unwritten is no body, and costs no call
+ * when it is finished before the request is sent. */
 class OutgoingBody {
   #slot = nextSlot++;
-  /** "open", "written" or "finished" (unwritten). */
+  /** "open", "written", "finished" or "aborted". */
   #state = "open";
+  #wrote = false;
   #sent = false;
 
   write() {
-    if (this.#state !== "open") throw undefined;
+    if (this.#state !== "open" || this.#wrote) throw undefined;
     this.#state = "written";
+    this.#wrote = true;
     return outputStreamCreate(egress("body", this.#slot));
   }
 
-  /** Dropping the body's stream ends it (the shim's stream); finishing adds nothing to that. */
+  /** The body is whole: the request may end it (a written one, or one its request waits for). */
   static finish(body, trailers) {
     if (trailers) throw { tag: "internal-error", val: "trailers are not supported" };
-    if (body.#state !== "open") return;
+    if (body.#state === "finished" || body.#state === "aborted") return;
     body.#state = "finished";
-    // A request sent already waits for its body: tell it there is none.
-    if (body.#sent) egress("finish", body.#slot);
+    if (body.#wrote || body.#sent) egress("finish", body.#slot);
   }
 
-  /** The slot the request takes its body from, or null for no body; the body is sent. */
+  /** Dropped unfinished: WASI's corrupted body, so its request fails rather than send a part. */
+  [symbolDispose]() {
+    if (bodyDone(this.#state)) return;
+    this.#state = "aborted";
+    if (this.#wrote || this.#sent) egress("abort", this.#slot);
+  }
+
+  /** The slot the request takes its body from, or null for none; the body is sent. */
   static _send(body) {
     if (body === null) return null;
     body.#sent = true;
-    return body.#state === "finished" ? null : body.#slot;
+    return body.#state === "finished" && !body.#wrote ? null : body.#slot;
+  }
+
+  /** The request was never sent: what the IO worker keeps for the body goes. */
+  static _unsent(body) {
+    if (body !== null && body.#wrote && !body.#sent) egress("forget", body.#slot);
   }
 }
+const bodyDone = (state) => state === "finished" || state === "aborted";
 const sendBody = OutgoingBody._send;
+const unsentBody = OutgoingBody._unsent;
 delete OutgoingBody._send;
+delete OutgoingBody._unsent;
 
 class OutgoingRequest {
   #method = { tag: "get" };
@@ -70,9 +89,10 @@ class OutgoingRequest {
   #headers;
   #body = null;
   #bodyTaken = false;
+  #sent = false;
 
   constructor(headers) {
-    this.#headers = headers;
+    this.#headers = freezeFields(headers);
   }
 
   body() {
@@ -125,9 +145,16 @@ class OutgoingRequest {
     return this.#headers;
   }
 
+  [symbolDispose]() {
+    if (!this.#sent) unsentBody(this.#body);
+  }
+
   static _send(request, options) {
-    if (!request.#pathWithQuery) throw { tag: "HTTP-request-URI-invalid" };
-    if (!request.#authority) throw { tag: "HTTP-request-URI-invalid" };
+    request.#sent = true;
+    if (!request.#pathWithQuery || !request.#authority) {
+      unsentBody(request.#body);
+      throw { tag: "HTTP-request-URI-invalid" };
+    }
     // Node writes header values as latin1, one byte to a character: the bytes go as they are.
     // Given raw headers, Node adds no Host: it is the authority, as the Rust host sends it.
     const headers = ["Host", request.#authority];
@@ -180,11 +207,10 @@ class IncomingResponse {
 
   constructor(status, headers, bodyStreamId) {
     this.#status = status;
-    // The connection's own headers are not the component's to see (nor can fields hold them).
-    this.#headers = Fields.fromList(
-      headers
-        .filter(([name]) => !_forbiddenHeaders.has(name.toLowerCase()))
-        .map(([name, value]) => [name, new Uint8Array(Buffer.from(value, "latin1"))]),
+    // As the bytes came (Node reads them as latin1, one byte to a character), without the
+    // connection's own headers.
+    this.#headers = receivedFields(
+      headers.map(([name, value]) => [name, new Uint8Array(Buffer.from(value, "latin1"))]),
     );
     this.#body = new IncomingBody(bodyStreamId);
   }
@@ -233,6 +259,7 @@ class FutureIncomingResponse {
 
 export const types = {
   ...shim,
+  Fields,
   FutureIncomingResponse,
   IncomingBody,
   IncomingResponse,
