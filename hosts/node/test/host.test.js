@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { createServer as createHttpServer } from "node:http";
+import { createServer as createTlsServer } from "node:tls";
 import { connect, createServer } from "node:net";
 import { test as nodeTest } from "node:test";
 
@@ -492,5 +493,43 @@ test("a body is sent when the component finishes it, and a body dropped unfinish
     assert.equal(kept(), 0, "nothing is kept for bodies that are done");
   } finally {
     server.close();
+  }
+});
+
+test("certificates are checked whatever NODE_TLS_REJECT_UNAUTHORIZED says", async (t) => {
+  // A self-signed certificate for localhost, made here (openssl), served on 127.0.0.1.
+  const dir = mkdtempSync(join(tmpdir(), "node-host-tls-"));
+  const made = spawnSync("openssl", [
+    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+    "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1",
+    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+  ]);
+  if (made.error || made.status !== 0) {
+    rmSync(dir, { recursive: true, force: true });
+    t.skip("no openssl here to make a certificate");
+    return;
+  }
+  const server = createTlsServer(
+    { key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) },
+    (socket) => {
+      server.handshakes++;
+      socket.end("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n1\n");
+    },
+  );
+  server.handshakes = 0;
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const before = process.env.NODE_TLS_REJECT_UNAUTHORIZED;
+  process.env.NODE_TLS_REJECT_UNAUTHORIZED = "0";
+  let store;
+  try {
+    store = await open(`clickhouse://default:@127.0.0.1:${server.address().port}/default?secure=true`, { retries: "0" }, { allowLoopback: true });
+    await assert.rejects(store.get("x"), (e) => /certificate/i.test(e.message));
+    assert.equal(server.handshakes, 0, "no handshake completed");
+  } finally {
+    if (before === undefined) delete process.env.NODE_TLS_REJECT_UNAUTHORIZED;
+    else process.env.NODE_TLS_REJECT_UNAUTHORIZED = before;
+    await store?.close();
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
