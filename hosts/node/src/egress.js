@@ -8,6 +8,7 @@ import { lookup as systemLookup } from "node:dns/promises";
 import { Agent as HttpAgent, request as httpRequest } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { isIP } from "node:net";
+import { rootCertificates } from "node:tls";
 import { PassThrough } from "node:stream";
 import { finished as streamEnded } from "node:stream/promises";
 import { aborted, done, finished, release, take, whole, written } from "./bodies.js";
@@ -215,6 +216,17 @@ export default function create(io) {
       case "forget":
         aborted(args);
         done(args);
+        return undefined;
+      case "tls":
+        // The system's roots and the bundle's; the client identity, if any. Once per store.
+        agents["https:"][1] = new HttpsAgent({
+          keepAlive: true,
+          proxyEnv: null,
+          rejectUnauthorized: true,
+          ca: args.ca ? [...rootCertificates, args.ca] : undefined,
+          cert: args.cert ?? undefined,
+          key: args.key ?? undefined,
+        });
         return undefined;
       case "send":
         return io.createFuture(send(io, args));

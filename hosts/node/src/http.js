@@ -29,6 +29,10 @@ const rules = {
 
 const egress = (operation, args) => callExtension(EGRESS, operation, [args]);
 
+// The store's TLS (a private CA, a client identity), given to the IO worker once.
+const tls = workerData?.tls;
+if (tls && (tls.ca || tls.cert)) egress("tls", tls);
+
 let nextSlot = 1;
 
 /** A request's body, known to the IO worker by its slot (src/bodies.js). Its stream is made

@@ -34,6 +34,11 @@ export interface Options {
   /** Names answered by this table ahead of the system resolver, as curl's `--resolve`: the
    * policy checks these addresses, and the connection goes to them. */
   resolve?: Record<string, string | string[]>;
+  /** A PEM file of CA certificates to trust besides the system's (a private CA). */
+  caBundle?: string;
+  /** PEM files of a client certificate chain and its key, for mutual TLS (both or neither). */
+  clientCert?: string;
+  clientKey?: string;
   logLevel?: "debug" | "info" | "warn" | "error";
   /** A transpiled component module; the default is gen/clickhouse_state.js. */
   component?: string;

@@ -2,7 +2,9 @@
 // to it and a promise of its answer. The types are in index.d.ts, over the ones jco generates
 // from the WIT (gen/).
 
+import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
+import { createSecureContext } from "node:tls";
 import { Worker } from "node:worker_threads";
 import { fileURLToPath } from "node:url";
 
@@ -23,7 +25,8 @@ export class BackendError extends Error {
 
 /** Opens a store: `settings` as the component takes them (`{ table: "state" }`); `options`:
  * `allowLoopback`, `refusePrivate`, `resolve` (names to addresses, ahead of the system
- * resolver), `logLevel` ("warn"), `component` (a transpiled module). */
+ * resolver), `caBundle`, `clientCert`, `clientKey` (PEM files), `logLevel` ("warn"),
+ * `component` (a transpiled module). */
 export async function open(uri, settings = {}, options = {}) {
   const worker = new Worker(WORKER, {
     workerData: {
@@ -31,6 +34,7 @@ export async function open(uri, settings = {}, options = {}) {
       allowLoopback: options.allowLoopback ?? false,
       refusePrivate: options.refusePrivate ?? false,
       resolve: names(options.resolve),
+      tls: tlsFiles(options),
       logLevel: options.logLevel ?? "warn",
     },
   });
@@ -42,6 +46,39 @@ export async function open(uri, settings = {}, options = {}) {
     throw e;
   }
   return store;
+}
+
+/** The TLS options' files, read here so that a bad path is an error of `open`, naming the
+ * option (never a file's content): `caBundle`, PEM certificates to trust besides the system's
+ * (a private CA); `clientCert` and `clientKey`, PEM, for mutual TLS. */
+function tlsFiles({ caBundle, clientCert, clientKey }) {
+  if (Boolean(clientCert) !== Boolean(clientKey)) {
+    throw new BackendError({ kind: "invalid-config", message: "mutual TLS needs both clientCert and clientKey" });
+  }
+  const read = (option, path, marker) => {
+    let text;
+    try {
+      text = readFileSync(path, "utf8");
+    } catch (e) {
+      throw new BackendError({ kind: "invalid-config", message: `${option} ${path}: cannot read it (${e.code ?? e.message})` });
+    }
+    if (!text.includes(marker)) {
+      throw new BackendError({ kind: "invalid-config", message: `${option} ${path}: no PEM ${marker.toLowerCase()} in it` });
+    }
+    return text;
+  };
+  const files = {
+    ca: caBundle ? read("caBundle", caBundle, "CERTIFICATE") : null,
+    cert: clientCert ? read("clientCert", clientCert, "CERTIFICATE") : null,
+    key: clientKey ? read("clientKey", clientKey, "PRIVATE KEY") : null,
+  };
+  try {
+    createSecureContext({ ca: files.ca ?? undefined, cert: files.cert ?? undefined, key: files.key ?? undefined });
+  } catch (e) {
+    // OpenSSL's reason names no content of the files.
+    throw new BackendError({ kind: "invalid-config", message: `the TLS files are not usable together: ${e.message}` });
+  }
+  return files;
 }
 
 /** The `resolve` option checked, as a Map from lower-case name to its addresses. An address

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { createServer as createHttpServer } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import { createServer as createTlsServer } from "node:tls";
 import { connect, createServer } from "node:net";
 import { test as nodeTest } from "node:test";
@@ -199,11 +200,12 @@ async function relay(host) {
 }
 
 /** An HTTP proxy on 127.0.0.1 to the ClickHouse under test. `decorate(res)` may add to each
- * answer; `early(req, res)` may answer a request itself, before reading its body (true). */
-async function proxy(decorate, early = () => false) {
+ * answer; `early(req, res)` may answer a request itself, before reading its body (true); with
+ * `tls` (node:https server options), it serves https. */
+async function proxy(decorate, early = () => false, tls = null) {
   const real = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
   const upstream = `${real.protocol}//${real.host}`;
-  const server = createHttpServer(async (req, res) => {
+  const handler = async (req, res) => {
     if (early(req, res)) {
       server.early++;
       return;
@@ -220,12 +222,14 @@ async function proxy(decorate, early = () => false) {
     res.statusCode = answer.status;
     res.end(Buffer.from(await answer.arrayBuffer()));
     server.answered++;
-  });
+  };
+  const server = tls ? createHttpsServer(tls, handler) : createHttpServer(handler);
   server.early = 0;
   server.answered = 0;
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   const user = `${real.username || "default"}:${real.password}`;
-  return Object.assign(server, { uri: `clickhouse://${user}@127.0.0.1:${server.address().port}/default` });
+  const secure = tls ? "?secure=true" : "";
+  return Object.assign(server, { uri: `clickhouse://${user}@127.0.0.1:${server.address().port}/default${secure}` });
 }
 
 test("a name from the host's table goes to the address checked, over http and https", async (t) => {
@@ -496,21 +500,29 @@ test("a body is sent when the component finishes it, and a body dropped unfinish
   }
 });
 
-test("certificates are checked whatever NODE_TLS_REJECT_UNAUTHORIZED says", async (t) => {
-  // A self-signed certificate for localhost, made here (openssl), served on 127.0.0.1.
-  const dir = mkdtempSync(join(tmpdir(), "node-host-tls-"));
+/** A self-signed certificate and its key for 127.0.0.1 (CN `cn`), made with openssl into `dir`:
+ * { cert, key } paths, or null where there is no openssl. */
+function selfSigned(dir, cn) {
+  const cert = join(dir, `${cn}.pem`);
+  const key = join(dir, `${cn}.key`);
   const made = spawnSync("openssl", [
     "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-    "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1",
-    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+    "-keyout", key, "-out", cert, "-days", "1",
+    "-subj", `/CN=${cn}`, "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
   ]);
-  if (made.error || made.status !== 0) {
+  return made.error || made.status !== 0 ? null : { cert, key };
+}
+
+test("certificates are checked whatever NODE_TLS_REJECT_UNAUTHORIZED says", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "node-host-tls-"));
+  const made = selfSigned(dir, "server");
+  if (made === null) {
     rmSync(dir, { recursive: true, force: true });
     t.skip("no openssl here to make a certificate");
     return;
   }
   const server = createTlsServer(
-    { key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) },
+    { key: readFileSync(made.key), cert: readFileSync(made.cert) },
     (socket) => {
       server.handshakes++;
       socket.end("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n1\n");
@@ -530,6 +542,69 @@ test("certificates are checked whatever NODE_TLS_REJECT_UNAUTHORIZED says", asyn
     else process.env.NODE_TLS_REJECT_UNAUTHORIZED = before;
     await store?.close();
     server.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a private CA is trusted when given, and a client certificate sent", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "node-host-tls-"));
+  const server = selfSigned(dir, "server");
+  const client = server && selfSigned(dir, "client");
+  if (!client) {
+    rmSync(dir, { recursive: true, force: true });
+    t.skip("no openssl here to make a certificate");
+    return;
+  }
+  const settings = { schema: "node_api", table: `tls_${process.pid}`, retries: "0" };
+  // https to ClickHouse, the server's certificate from our own CA; it asks for a client's.
+  const https = await proxy(null, undefined, {
+    key: readFileSync(server.key),
+    cert: readFileSync(server.cert),
+    requestCert: true,
+    rejectUnauthorized: true,
+    ca: readFileSync(client.cert),
+  });
+  const options = { allowLoopback: true, caBundle: server.cert, clientCert: client.cert, clientKey: client.key };
+  try {
+    const store = await open(https.uri, settings, options);
+    try {
+      await store.migrate();
+      await store.set({ stateId: "tls", partial: "{}", completed: '{"singer_state":{"t":1}}' });
+      assert.equal((await store.get("tls")).completed, '{"singer_state":{"t":1}}');
+    } finally {
+      await store.close();
+    }
+    // Without the bundle the server is not trusted; without the client's certificate the
+    // server refuses the handshake.
+    const missing = [
+      [{ caBundle: undefined }, /TLS certificate not trusted/],
+      [{ clientCert: undefined, clientKey: undefined }, /TLS alert from the server: .*certificate required/],
+    ];
+    for (const [without, reason] of missing) {
+      const store = await open(https.uri, settings, { ...options, ...without });
+      try {
+        await assert.rejects(store.get("tls"), (e) => e.kind === "unreachable" && reason.test(e.message));
+      } finally {
+        await store.close();
+      }
+    }
+    // Bad files are an error of open, naming the option.
+    const bad = [
+      [{ caBundle: join(dir, "none.pem") }, /caBundle .*cannot read/],
+      [{ caBundle: server.key }, /caBundle .*no PEM certificate/],
+      [{ clientCert: client.cert, clientKey: undefined }, /both clientCert and clientKey/],
+      [{ clientCert: client.cert, clientKey: server.key }, /not usable together/],
+    ];
+    for (const [given, message] of bad) {
+      await assert.rejects(open(https.uri, settings, { ...options, ...given }), (e) => {
+        assert.equal(e.kind, "invalid-config");
+        assert.match(e.message, message);
+        assert.ok(!e.message.includes("PRIVATE KEY"));
+        return true;
+      });
+    }
+  } finally {
+    https.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });
