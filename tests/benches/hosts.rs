@@ -59,26 +59,26 @@ async fn rust_batch(b: &mut Backend, count: usize, samples: &mut BTreeMap<&str, 
     }
 }
 
-fn node_batch(table: &TestTable, count: usize, samples: &mut BTreeMap<&str, Samples>) {
+/// Runs a script of hosts/node on `table`, with `more` arguments; what it prints last, as JSON.
+fn node_json<T: serde::de::DeserializeOwned>(script: &str, table: &TestTable, more: &[&str]) -> T {
     let output = std::process::Command::new("node")
         .current_dir(root().join("hosts/node"))
-        .args([
-            "bench.js",
-            &table.target.uri(),
-            SCHEMA,
-            &table.name,
-            &count.to_string(),
-        ])
+        .args([script, &table.target.uri(), SCHEMA, &table.name])
+        .args(more)
         .output()
         .expect("node runs (`just bench-hosts` builds the Node host)");
     assert!(
         output.status.success(),
-        "the Node batch failed: {}",
+        "{script} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8_lossy(&output.stdout);
-    let batch: BTreeMap<String, Vec<f64>> =
-        serde_json::from_str(text.lines().last().unwrap_or_default()).expect("JSON from bench.js");
+    serde_json::from_str(text.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("JSON from {script}: {e}"))
+}
+
+fn node_batch(table: &TestTable, count: usize, samples: &mut BTreeMap<&str, Samples>) {
+    let batch: BTreeMap<String, Vec<f64>> = node_json("bench.js", table, &[&count.to_string()]);
     for op in OPERATIONS.into_iter().chain(PARTS) {
         let s = samples.entry(op).or_default();
         for ms in batch.get(op).expect("each operation") {
@@ -89,18 +89,7 @@ fn node_batch(table: &TestTable, count: usize, samples: &mut BTreeMap<&str, Samp
 
 /// The calls to the shim's IO worker each operation makes (`calls.js` counts them).
 fn shim_calls(table: &TestTable) -> BTreeMap<String, u32> {
-    let output = std::process::Command::new("node")
-        .current_dir(root().join("hosts/node"))
-        .args(["calls.js", &table.target.uri(), SCHEMA, &table.name])
-        .output()
-        .expect("node runs");
-    assert!(
-        output.status.success(),
-        "calls.js failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8_lossy(&output.stdout);
-    serde_json::from_str(text.lines().last().unwrap_or_default()).expect("JSON from calls.js")
+    node_json("calls.js", table, &[])
 }
 
 fn env_or(name: &str, default: usize) -> usize {

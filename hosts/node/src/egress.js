@@ -19,9 +19,10 @@ export { release };
 // No proxy from the environment (a proxy would connect where the policy never looked), and
 // certificates checked whatever NODE_TLS_REJECT_UNAUTHORIZED says. A kept-alive connection is
 // reused only by this store, and went to an address checked when it was opened.
+const httpsAgent = (tls = {}) => new HttpsAgent({ keepAlive: true, proxyEnv: null, rejectUnauthorized: true, ...tls });
 const agents = {
   "http:": [httpRequest, new HttpAgent({ keepAlive: true, proxyEnv: null })],
-  "https:": [httpsRequest, new HttpsAgent({ keepAlive: true, proxyEnv: null, rejectUnauthorized: true })],
+  "https:": [httpsRequest, httpsAgent()],
 };
 
 /** The addresses a request to `host` may go to: every one it resolves to (the `resolve` table
@@ -219,10 +220,7 @@ export default function create(io) {
         return undefined;
       case "tls":
         // The system's roots and the bundle's; the client identity, if any. Once per store.
-        agents["https:"][1] = new HttpsAgent({
-          keepAlive: true,
-          proxyEnv: null,
-          rejectUnauthorized: true,
+        agents["https:"][1] = httpsAgent({
           ca: args.ca ? [...rootCertificates, args.ca] : undefined,
           cert: args.cert ?? undefined,
           key: args.key ?? undefined,

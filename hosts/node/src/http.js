@@ -55,7 +55,7 @@ class OutgoingBody {
   /** The body is whole: the request may end it (a written one, or one its request waits for). */
   static finish(body, trailers) {
     if (trailers) throw { tag: "internal-error", val: "trailers are not supported" };
-    if (body.#state === "finished" || body.#state === "aborted") return;
+    if (bodyDone(body.#state)) return;
     body.#state = "finished";
     if (body.#wrote || body.#sent) egress("finish", body.#slot);
   }

@@ -14,6 +14,9 @@ import { createServer as createTlsServer } from "node:tls";
 import { connect, createServer } from "node:net";
 import { test as nodeTest } from "node:test";
 
+/** The ClickHouse under test. */
+const CLICKHOUSE = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
+
 /** Every test with a time limit: a call that never answers fails its test, not the run. */
 const test = (name, options, fn) =>
   fn ? nodeTest(name, { timeout: 120_000, ...options }, fn) : nodeTest(name, { timeout: 120_000 }, options);
@@ -139,7 +142,7 @@ test("a server that does not speak HTTP is given up after three garbled answers"
 /** The ClickHouse under test, by name where it is this machine's: a name's request goes to the
  * address the policy checked. */
 function clickhouse() {
-  const url = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
+  const url = new URL(CLICKHOUSE);
   if (url.hostname === "127.0.0.1") url.hostname = "localhost";
   if (url.pathname === "/" || url.pathname === "") url.pathname = "/default";
   return url.href;
@@ -182,7 +185,7 @@ async function recordingServer(host = "127.0.0.1") {
 
 /** A relay on `host` to the ClickHouse under test that keeps each connection's first bytes. */
 async function relay(host) {
-  const real = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
+  const real = CLICKHOUSE;
   const server = createServer((socket) => {
     const upstream = connect(Number(real.port || 8123), real.hostname.replace(/^\[|\]$/g, ""));
     socket.once("data", (bytes) => server.seen.push(bytes));
@@ -203,7 +206,7 @@ async function relay(host) {
  * answer; `early(req, res)` may answer a request itself, before reading its body (true); with
  * `tls` (node:https server options), it serves https. */
 async function proxy(decorate, early = () => false, tls = null) {
-  const real = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
+  const real = CLICKHOUSE;
   const upstream = `${real.protocol}//${real.host}`;
   const handler = async (req, res) => {
     if (early(req, res)) {
