@@ -279,9 +279,10 @@ meltano-install venv: wheel
         target/wheels/meltano_state_backend_clickhouse_wasm-*-manylinux*_x86_64.whl
     @echo "installed into {{venv}}: set MELTANO_STATE_BACKEND_URI=clickhouse://user:password@host:port/database"
 
-# Its six benchmarks, one after the other, each writing its own sections (release builds).
-# The whole benchmark report, tests/benches/results/report.md (about 50 minutes)
-bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30") bench-history bench-hosts
+# Its seven benchmarks, one after the other, each writing its own sections (release builds;
+# bench-year a dev build). The whole benchmark report, tests/benches/results/report.md (about
+# two and a half hours, bench-year alone about 100 minutes)
+bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30") bench-history bench-hosts bench-year
 
 # Overhead vs raw HTTP, scale, lock, component, keep-alive, noisy neighbours, long streams;
 # and latency.svg. Sections 1-7 of the report (about 40 minutes; release build)
@@ -317,6 +318,11 @@ bench-hosts: node-host clickhouse-start
 # What the history costs: the update stream with it on and off, reads of 100,000 versions
 bench-history: guest clickhouse-start
     cargo bench -p integration-tests --bench history
+
+# A year of runs: 10,000 Meltano runs of one id (a read, 20 updates, the lock given back), the
+# update p50 per thousand and the lock log's rows; section 13 of the report (about 100 minutes)
+bench-year: guest clickhouse-start
+    cargo bench --profile dev -p integration-tests --bench year
 
 # Sandbox benchmark: instantiation, memory per idle instance, .cwasm vs .wasm loading
 bench-sandbox: guest

@@ -50,6 +50,8 @@ pub struct Consistency {
     /// Send `deduplicate_insert` too (only where the server knows it: an unknown setting is an
     /// error).
     pub deduplicate_insert: bool,
+    /// The newer pinned settings the server knows (`pinned::known`): sent with the rest.
+    pub pinnable: u64,
 }
 
 impl Consistency {
@@ -62,6 +64,7 @@ impl Consistency {
                 Kind::SingleServer
             },
             deduplicate_insert: false,
+            pinnable: 0,
         }
     }
 
@@ -70,6 +73,7 @@ impl Consistency {
         Consistency {
             kind: Kind::Unknown,
             deduplicate_insert: false,
+            pinnable: 0,
         }
     }
 
@@ -81,10 +85,19 @@ impl Consistency {
                 kind => kind,
             },
             deduplicate_insert: observed.dedup_setting != 0,
+            pinnable: crate::pinned::known(&observed.pinnable),
         }
     }
 
+    /// The settings a statement of `role` carries: this deployment's, then the pinned ones
+    /// (`pinned`).
     pub fn settings(&self, role: Role) -> Vec<(&'static str, &'static str)> {
+        let mut settings = self.consistency(role);
+        settings.extend(crate::pinned::for_role(role, self.pinnable));
+        settings
+    }
+
+    fn consistency(&self, role: Role) -> Vec<(&'static str, &'static str)> {
         match role {
             Role::Read | Role::Mutation => vec![],
             Role::Deciding => vec![("select_sequential_consistency", "1")],
@@ -219,6 +232,7 @@ mod tests {
             clusters: clusters.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
             dedup_setting: 0,
             history_view: 0,
+            pinnable: vec![],
         }
     }
 
@@ -313,8 +327,9 @@ mod tests {
             Consistency {
                 kind,
                 deduplicate_insert: dedup,
+                pinnable: 0,
             }
-            .settings(role)
+            .consistency(role)
         };
         for kind in [
             Kind::SingleServer,

@@ -1,6 +1,8 @@
 //! The operations on a state's history: list it, read a past version, restore one, and clear
-//! streams' bookmarks. Restore and the stream clear write under the caller's lock, fenced as
-//! `set_locked` is, and are recorded like any write (see `sql::history`).
+//! streams' bookmarks. Restore and the stream clear write under the caller's lock with the
+//! guard `update`'s writes carry (`Store::write_guarded_locked`: the grant and the version read
+//! are checked by the server as it writes), and are recorded like any write (see
+//! `sql::history`).
 
 use serde_json::{Map, Value};
 

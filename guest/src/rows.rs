@@ -453,6 +453,8 @@ pub struct Observation {
     pub dedup_setting: u8,
     /// The history's view exists (see `sql::history`).
     pub history_view: u8,
+    /// Which of the newer pinned settings the server knows (see `pinned::newer_names`).
+    pub pinnable: Vec<String>,
 }
 
 impl FromRow for Observation {
@@ -469,6 +471,10 @@ impl FromRow for Observation {
             })?,
             dedup_setting: u8::from(row.number_or_zero("dedup_setting")? != 0),
             history_view: u8::from(row.number_or_zero("history_view")? != 0),
+            pinnable: row.tuples("pinnable", |fields| match fields {
+                [name] => as_text(name),
+                _ => None,
+            })?,
         })
     }
 }

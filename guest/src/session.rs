@@ -37,6 +37,9 @@ pub struct Session<T, H> {
     pub host: H,
     /// The deployment check passed (see `deployment`); it runs once per instance.
     checked: Cell<bool>,
+    /// A send of the last statement run failed in a way that leaves it possibly still running,
+    /// or landing later (see [`over_on_the_server`]).
+    in_doubt: Cell<bool>,
     /// The settings queries carry on this deployment: assumed from the configuration until the
     /// check has seen the tables.
     consistency: Cell<Consistency>,
@@ -63,6 +66,7 @@ impl<T: Transport, H: Platform> Session<T, H> {
             client: Client::new(&config, transport),
             host,
             checked: Cell::new(false),
+            in_doubt: Cell::new(false),
             consistency: Cell::new(Consistency::assumed(&config)),
             retry_bound_ms: Cell::new(None),
             events_added: Cell::new(false),
@@ -81,18 +85,12 @@ impl<T: Transport, H: Platform> Session<T, H> {
         self.run_answer(query).map(|answer| answer.body)
     }
 
-    /// Runs an `INSERT ... SELECT ... WHERE` and returns how many rows it wrote: `None` when
-    /// the server did not say (no summary header), which callers treat as "find out".
-    pub fn run_written(&self, query: &Query) -> Result<Option<u64>> {
-        self.run_answer(query)
-            .map(|answer| per_row(answer.written_rows, query.fanout))
-    }
-
-    /// As [`Session::run_written`], and whether the statement was sent more than once (after a
-    /// failure whose outcome was unknown: an earlier send may have landed).
-    pub fn run_written_resent(&self, query: &Query) -> Result<(Option<u64>, bool)> {
+    /// Runs an INSERT: the `written_rows` its summary gives (`None` when the server did not
+    /// say), and whether it was sent more than once (after a failure whose outcome was unknown:
+    /// an earlier send may have landed). `landing` judges them.
+    pub(crate) fn run_write(&self, query: &Query) -> Result<(Option<u64>, bool)> {
         self.run_answer_counted(query)
-            .map(|(answer, failures)| (per_row(answer.written_rows, query.fanout), failures > 0))
+            .map(|(answer, failures)| (answer.written_rows, failures > 0))
     }
 
     fn run_answer(&self, query: &Query) -> Result<Answer> {
@@ -199,9 +197,16 @@ impl<T: Transport, H: Platform> Session<T, H> {
         let mut migrated = false;
         let mut failures = 0u32;
         let started = self.host.now_ms();
+        self.in_doubt.set(false);
         loop {
             let settings = self.consistency.get().settings(query.role);
-            match self.client.answer(query, &settings) {
+            let answer = self.client.answer(query, &settings);
+            if let Err(e) = &answer
+                && !over_on_the_server(e)
+            {
+                self.in_doubt.set(true);
+            }
+            match answer {
                 Err(e) if e.is_missing_schema() && !migrated => {
                     self.host.log(
                         Level::Info,
@@ -286,7 +291,8 @@ impl<T: Transport, H: Platform> Session<T, H> {
     /// that would split the state (see `deployment`). A user who may not read the system
     /// tables gets a warning, not a refusal.
     fn check_deployment(&self) -> Result<Kind> {
-        let body = match self.run_checked(&self.sql.deployment().query) {
+        let body = match self.run_checked(&self.sql.deployment(&crate::pinned::newer_names()).query)
+        {
             Ok(answer) => answer.body,
             // ACCESS_DENIED on the system tables (or a wrong password, which the next query
             // reports again).
@@ -322,16 +328,38 @@ impl<T: Transport, H: Platform> Session<T, H> {
         Ok(kind)
     }
 
+    /// The clock a write's version comes from: the host's; in settle mode the server's, read
+    /// (one round trip), since the original backend writes at the server's clock and a
+    /// version of ours above its next write would hide that write.
+    pub fn version_clock_ms(&self) -> Result<u64> {
+        if self.config.lock_mode != crate::config::LockMode::Settle {
+            return Ok(self.host.now_ms());
+        }
+        rows::number(&self.run(&self.sql.server_now())?)
+    }
+
+    /// Whether a send of the last statement run may still be running on the server, or land
+    /// later: it failed other than by the server's own answer that it is over.
+    pub(crate) fn last_in_doubt(&self) -> bool {
+        self.in_doubt.get()
+    }
+
     pub fn new_token(&self) -> String {
         uuid_of(self.host.random_u128())
     }
 }
 
-/// Rows written per row of the statement, from the summary's count over every table the rows
-/// landed in: unknown (`None`) when it does not divide, as when the history's part was written
-/// and the view's was not.
-fn per_row(written: Option<u64>, fanout: u64) -> Option<u64> {
-    written.and_then(|w| (w % fanout.max(1) == 0).then(|| w / fanout.max(1)))
+/// Whether a failed send is over on the server: the server answered with an error of its own,
+/// other than those that say the work may still be done (a socket timeout, an insert whose
+/// status is unknown, Keeper or the network failing under it, a proxy's 5xx). A connection that
+/// failed, a timeout on this side, or a refusal before sending are not.
+fn over_on_the_server(e: &Error) -> bool {
+    match e {
+        Error::Server(e) => {
+            !matches!(e.code, 209 | 210 | 279 | 319 | 999) && !e.name.starts_with("HTTP_")
+        }
+        _ => false,
+    }
 }
 
 fn uuid_of(random: u128) -> String {

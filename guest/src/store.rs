@@ -128,15 +128,15 @@ impl<T: Transport, H: Platform> Store<T, H> {
         let stored = self.read_version(&self.session.sql.version_of(&state.state_id))?;
         self.write(
             std::slice::from_ref(state),
-            self.next_version(stored),
+            self.next_version(stored)?,
             &self.origin(Op::Set),
         )
     }
 
-    /// One round trip in the common case; see `crate::set`.
+    /// One round trip in the common case (two in settle mode: the server's clock first); see
+    /// `crate::set`.
     fn set_at_most_once(&self, state: &State) -> Result<()> {
-        let (mut set, mut step) =
-            Set::new(&state.partial, &state.completed, self.session.host.now_ms());
+        let (mut set, mut step) = Set::new(&state.partial, &state.completed, self.clock_ms()?);
         loop {
             let statement = match step {
                 Step::Done(result) => return result,
@@ -151,8 +151,11 @@ impl<T: Transport, H: Platform> Store<T, H> {
                         &token,
                     );
                     self.session
-                        .run_written_resent(&query)
-                        .map(|(rows, resent)| Answer::Written { rows, resent })
+                        .write(&query)
+                        .map(|(landed, resent)| Answer::Written {
+                            rows: landed.rows(),
+                            resent,
+                        })
                 }
                 set::Statement::ReadStored => self.stored(&state.state_id).map(Answer::Stored),
                 set::Statement::Insert { version_ms } => self
@@ -275,7 +278,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
         let written = lock::within_lease(&self.session, lock, || {
             if row.fits_in_params() {
                 let query = self.session.sql.write_guarded(row, &origin, &guard, &token);
-                return self.session.run_written(&query);
+                return self.session.write(&query).map(|(landed, _)| landed.rows());
             }
             // Too large for query parameters: the guard as a read, then a plain insert.
             if rows::number(&self.session.run(&self.session.sql.guard_holds(&guard))?)? != 1 {
@@ -307,7 +310,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
         match self.stored(state_id)? {
             None | Some((None, None, _)) => Ok(()), // nothing stored, or deleted already
             Some((_, _, version)) => self.bury(
-                &[(state_id, self.next_version(version))],
+                &[(state_id, self.next_version(version)?)],
                 &self.origin(Op::Delete),
             ),
         }
@@ -380,7 +383,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
         for row in self.session.fetch(&self.session.sql.versions())? {
             stored.insert(row.state_id, row.version);
         }
-        let now = self.session.host.now_ms();
+        let now = self.clock_ms()?;
         let rows: Vec<(&State, u64)> = unique
             .into_iter()
             .map(|s| {
@@ -408,9 +411,15 @@ impl<T: Transport, H: Platform> Store<T, H> {
     /// how many.
     pub fn clear_all(&self) -> Result<u64> {
         let live = self.session.fetch(&self.session.sql.live_versions())?;
+        let now = self.clock_ms()?;
         let tombstones: Vec<(&str, u64)> = live
             .iter()
-            .map(|row| (row.state_id.as_str(), self.next_version(row.version)))
+            .map(|row| {
+                (
+                    row.state_id.as_str(),
+                    now.max(row.version.saturating_add(1)),
+                )
+            })
             .collect();
         if !tombstones.is_empty() {
             self.bury(&tombstones, &self.origin(Op::ClearAll))?;
@@ -418,10 +427,16 @@ impl<T: Transport, H: Platform> Store<T, H> {
         Ok(tombstones.len() as u64)
     }
 
-    /// A version for a new write: the host's clock, but never at or below what is stored, so a
-    /// client whose clock is behind still overwrites.
-    fn next_version(&self, stored_ms: u64) -> u64 {
-        self.session.host.now_ms().max(stored_ms.saturating_add(1))
+    /// A version for a new write: the clock, but never at or below what is stored, so a client
+    /// whose clock is behind still overwrites.
+    fn next_version(&self, stored_ms: u64) -> Result<u64> {
+        Ok(self.clock_ms()?.max(stored_ms.saturating_add(1)))
+    }
+
+    /// The clock versions are taken from: the host's, or in settle mode the server's (see
+    /// [`Session::version_clock_ms`]).
+    fn clock_ms(&self) -> Result<u64> {
+        self.session.version_clock_ms()
     }
 
     fn read_version(&self, query: &Query) -> Result<u64> {
@@ -448,8 +463,18 @@ impl<T: Transport, H: Platform> Store<T, H> {
         }
     }
 
-    /// One INSERT of tombstones, each at its version, under a fresh deduplication token.
+    /// One INSERT of tombstones, each at its version, under a fresh deduplication token; in
+    /// settle mode, the original's delete of the ids' rows instead (see
+    /// `Statements::delete_states`: the original would list a tombstone's id and read it as
+    /// an empty state, and its next write, at the server's clock, could land below it).
     fn bury(&self, tombstones: &[(&str, u64)], origin: &Origin<'_>) -> Result<()> {
+        if self.session.config.lock_mode == LockMode::Settle {
+            let ids: Vec<&str> = tombstones.iter().map(|(id, _)| *id).collect();
+            return self
+                .session
+                .run(&self.session.sql.delete_states(&ids))
+                .map(drop);
+        }
         let mut data = Vec::with_capacity(tombstones.iter().map(|(id, _)| id.len() + 160).sum());
         let ids: Vec<&str> = tombstones.iter().map(|(id, _)| *id).collect();
         let seqs = self.session.ordinals(&ids)?;
@@ -459,9 +484,12 @@ impl<T: Transport, H: Platform> Store<T, H> {
                 .encode_tombstone(state_id, *version_ms, origin, seq, &mut data)?;
         }
         let token = self.session.new_token();
+        let lands = tombstones
+            .iter()
+            .map(|(id, version)| ((*id).to_string(), *version))
+            .collect();
         self.session
-            .run(&self.session.sql.insert_states(data, &token))
-            .map(drop)
+            .insert(&self.session.sql.insert_states(data, &token).landing(lands))
     }
 
     fn write(&self, states: &[State], version_ms: u64, origin: &Origin<'_>) -> Result<()> {
@@ -488,9 +516,12 @@ impl<T: Transport, H: Platform> Store<T, H> {
                 .encode_state(state.row(*version_ms), origin, seq, &mut data)?;
         }
         let token = self.session.new_token();
+        let lands = rows
+            .iter()
+            .map(|(state, version)| (state.state_id.clone(), *version))
+            .collect();
         self.session
-            .run(&self.session.sql.insert_states(data, &token))
-            .map(drop)
+            .insert(&self.session.sql.insert_states(data, &token).landing(lands))
     }
 }
 

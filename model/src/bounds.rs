@@ -103,6 +103,7 @@ impl LockModel {
         let consistency = Consistency {
             kind: self.kind,
             deduplicate_insert: false,
+            pinnable: 0,
         };
         let inserts = consistency.settings(Role::GuardedInsert);
         let plain = consistency.settings(Role::Insert);

@@ -88,6 +88,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a ClickHouse server configuration file for the engine, e.g. <remote_servers> and "
         "<macros> that make it look like one replica of a cluster (the deployment tests use it)",
     )
+    parser.add_argument(
+        "--profile-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a default for every query, as a user's settings profile gives it (a query's own "
+        "settings override it); repeatable. Tests use it to show what a profile cannot change",
+    )
     parser.add_argument("--quiet", action="store_true", help="log only warnings and errors")
     args = parser.parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost"):
@@ -98,6 +106,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"no configuration file {args.config!r}")
     if args.max_concurrent_queries < 1 or args.max_sessions < 1:
         parser.error("--max-concurrent-queries and --max-sessions must be at least 1")
+    for item in args.profile_setting:
+        name, sep, _ = item.partition("=")
+        if not sep or not name.strip():
+            parser.error(f"--profile-setting {item!r}: expected NAME=VALUE")
     for name in args.init_db:
         if not _IDENTIFIER.match(name):
             parser.error(f"bad database name {name!r}")
@@ -120,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         max_queries=args.max_concurrent_queries,
         max_sessions=args.max_sessions,
         config=os.path.abspath(args.config) if args.config else None,
+        profile=dict(item.split("=", 1) for item in args.profile_setting),
     )
     for name in args.init_db:
         with engine.connection() as conn:

@@ -13,9 +13,10 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("floor", "`just bench-floor`"),
     ("history", "`just bench-history`"),
     ("hosts", "`just bench-hosts`"),
+    ("year", "`just bench-year`"),
 ];
 
-const TITLE: &str = "# Benchmark report\n\nOne report, written by six benchmarks, each its own \
+const TITLE: &str = "# Benchmark report\n\nOne report, written by seven benchmarks, each its own \
     section (its first line says when, where and how it ran); `just bench` runs them all, one \
     after the other. Every figure in the README and the docs is quoted from this file, and a \
     test holds them to it.\n";

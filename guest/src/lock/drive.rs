@@ -128,6 +128,9 @@ fn send<T: Transport, H: Platform>(
         }
         Statement::Append(entry) => {
             fenced::append(session, entry)?;
+            if entry.event == fenced::Event::Acquire {
+                fenced::prune_if_due(session, &entry.state_id, entry.generation);
+            }
             Answer::Appended
         }
         Statement::WriteGuarded {
@@ -150,9 +153,9 @@ fn send<T: Transport, H: Platform>(
                 token: guard.generation,
             };
             if row.fits_in_params() {
-                Answer::RowsWritten(
-                    session.run_written(&session.sql.write_guarded(row, &origin, guard, token))?,
-                )
+                let (landed, _) =
+                    session.write(&session.sql.write_guarded(row, &origin, guard, token))?;
+                Answer::RowsWritten(landed.rows())
             } else {
                 // Too large for query parameters: check, then insert (what the guard does, in
                 // two).
@@ -162,7 +165,12 @@ fn send<T: Transport, H: Platform>(
                 let mut data = Vec::new();
                 let seq = session.ordinals(&[row.state_id])?.pop().unwrap_or_default();
                 session.sql.encode_state(row, &origin, seq, &mut data)?;
-                session.run(&session.sql.insert_states(data, token))?;
+                session.insert(
+                    &session
+                        .sql
+                        .insert_states(data, token)
+                        .landing(vec![(row.state_id.to_string(), row.version_ms)]),
+                )?;
                 Answer::RowsWritten(Some(1))
             }
         }

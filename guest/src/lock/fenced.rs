@@ -33,10 +33,30 @@ pub use crate::rows::{Claim, Event, NewestGeneration, Outlook};
 use crate::session::{Level, Platform, Session};
 pub use crate::sql::Guard;
 
-/// Old generations are pruned once in this many grants.
-const PRUNE_EVERY: u64 = 1024;
+/// Old generations are pruned once in this many claims (`acquire` and `update` alike), so an
+/// id's log holds at most `PRUNE_EVERY + PRUNE_KEEP + 1` generations whatever its age (while
+/// pruning succeeds; it is best effort, and a failed one leaves its rows to the next).
+pub const PRUNE_EVERY: u64 = 128;
 /// How many old generations pruning keeps.
-const PRUNE_KEEP: u64 = 16;
+pub const PRUNE_KEEP: u64 = 16;
+
+/// After a claim on `generation` of `state_id`: drops the generations more than [`PRUNE_KEEP`]
+/// before it, once in [`PRUNE_EVERY`]. Asynchronous and best effort: old generations decide
+/// nothing (a guard reads its own generation and the one before it), whoever wins this one.
+pub(crate) fn prune_if_due<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    state_id: &str,
+    generation: u64,
+) {
+    if generation < PRUNE_EVERY || !generation.is_multiple_of(PRUNE_EVERY) {
+        return;
+    }
+    if let Err(e) = session.run(&session.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
+        session
+            .host
+            .log(Level::Warn, &format!("pruning the lock log failed: {e}"));
+    }
+}
 
 // The decisions below are pure, so that the model checker (`model/`) runs these very functions.
 impl NewestGeneration {
@@ -473,14 +493,7 @@ fn claim<T: Transport, H: Platform>(
     }
     let mine = outcome == ClaimOutcome::Mine;
     if mine {
-        if generation.is_multiple_of(PRUNE_EVERY) {
-            // Asynchronous and best effort: old generations decide nothing.
-            if let Err(e) = session.run(&session.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
-                session
-                    .host
-                    .log(Level::Warn, &format!("pruning the lock log failed: {e}"));
-            }
-        }
+        prune_if_due(session, state_id, generation);
         return Ok(Attempt::Granted(handle));
     }
     if renewed_since {

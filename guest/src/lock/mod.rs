@@ -341,7 +341,11 @@ pub fn write_version<T: Transport, H: Platform>(
     lock: &mut LockHandle,
     stored_ms: u64,
 ) -> Result<u64> {
-    let now = session.host.now_ms();
+    let now = match lock.mode {
+        // The server's clock, as the original's writes (see `Session::version_clock_ms`).
+        LockMode::Settle => session.version_clock_ms()?,
+        LockMode::Fenced => session.host.now_ms(),
+    };
     let version = match propose_version(lock, now, stored_ms)? {
         Proposed::Within(v) => v,
         Proposed::AboveLease(v) => {

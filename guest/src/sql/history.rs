@@ -307,6 +307,39 @@ impl Statements {
     }
 }
 
+impl Statements {
+    /// Removes from the history the rows `writer` wrote of `rows` (each an id and a version):
+    /// writes found to have reached the history and not the state table (see
+    /// `crate::landing`), so that the history lists no version that no reader of the state
+    /// saw. None with no history. The pairs travel as one parameter, a JSON array of
+    /// `[id, version]` (versions as `Int64`, the type `toUnixTimestamp64Milli` gives); done on
+    /// every replica before it returns.
+    pub fn history_withdraw(&self, writer: &str, rows: &[(String, u64)]) -> Option<Query> {
+        let history = self.history.as_ref()?;
+        Some(
+            Query::new(format!(
+                // `has` over the bound array rather than `IN (SELECT ...)`: a replicated table
+                // takes deterministic mutations only, and a subquery is not one.
+                "DELETE FROM {} WHERE writer = {{writer:String}} AND \
+                 has(JSONExtract({{rows:String}}, 'Array(Tuple(String, Int64))'), \
+                 (state_id, toUnixTimestamp64Milli(updated_at)))",
+                history.table
+            ))
+            .param("writer", writer)
+            .param(
+                "rows",
+                serde_json::Value::from(
+                    rows.iter()
+                        .map(|(id, v)| serde_json::json!([id, v]))
+                        .collect::<Vec<_>>(),
+                )
+                .to_string(),
+            )
+            .delete(true),
+        )
+    }
+}
+
 /// Ids per `history_seqs` request, at most, in bytes: as a guarded write's state, well within
 /// the URL a server accepts.
 pub const SEQ_IDS_MAX_BYTES: usize = super::state::GUARDED_MAX_BYTES;

@@ -19,6 +19,9 @@ pub struct Query {
     /// How many tables each row an INSERT writes lands in (the history and, through its view,
     /// the state table): `written_rows` counts them all.
     pub fanout: u64,
+    /// The state rows an INSERT writes, each its id and version: what the session checks it
+    /// wrote against (see `crate::landing`). Empty for other statements.
+    pub lands: Vec<(String, u64)>,
 }
 
 /// What a query does, as far as consistency goes.
@@ -71,7 +74,14 @@ impl Query {
             data: None,
             role: Role::Read,
             fanout: 1,
+            lands: Vec::new(),
         }
+    }
+
+    /// The state rows this INSERT writes, by id and version (see [`Query::lands`]).
+    pub fn landing(mut self, rows: Vec<(String, u64)>) -> Self {
+        self.lands = rows;
+        self
     }
 
     pub(super) fn param(mut self, name: &'static str, value: impl Into<String>) -> Self {

@@ -126,16 +126,19 @@ impl Statements {
 
     /// What the deployment check needs, in one row: the engines of this store's tables, whether
     /// the server is configured as a replica (a `replica` macro), and the clusters it knows
-    /// with their largest replica count, and whether the server knows the `deduplicate_insert`
-    /// setting, and whether the history's view exists. `{"tables": [[name, engine]],
-    /// "history_view", "replica_macro", "dedup_setting", "clusters": [[name, replicas]]}`.
-    pub fn deployment(&self) -> Read<rows::Observation> {
+    /// with their largest replica count, whether the server knows the `deduplicate_insert`
+    /// setting, whether the history's view exists, and which of the settings `pinnable` it
+    /// knows. `{"tables": [[name, engine]], "history_view", "replica_macro", "dedup_setting",
+    /// "pinnable": [[name]], "clusters": [[name, replicas]]}`.
+    pub fn deployment(&self, pinnable: &[&str]) -> Read<rows::Observation> {
         Query::new(
             "SELECT (SELECT groupArray(tuple(name, engine)) FROM system.tables \
              WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String}, {t3:String})) AS tables, \
              (SELECT count() FROM system.tables WHERE database = {schema:String} AND name = {view:String}) AS history_view, \
              (SELECT count() FROM system.macros WHERE macro = 'replica') > 0 AS replica_macro, \
              (SELECT count() FROM system.settings WHERE name = 'deduplicate_insert') > 0 AS dedup_setting, \
+             (SELECT groupArray(tuple(name)) FROM system.settings \
+             WHERE has(JSONExtract({pinnable:String}, 'Array(String)'), name)) AS pinnable, \
              (SELECT groupArray(tuple(cluster, replicas)) FROM (SELECT cluster, max(replica_num) AS replicas \
              FROM system.clusters GROUP BY cluster ORDER BY cluster)) AS clusters \
              FORMAT JSONEachRow"
@@ -147,6 +150,7 @@ impl Statements {
         .param("t2", self.table_names[2].clone())
         .param("t3", self.table_names[3].clone())
         .param("view", self.table_names[4].clone())
+        .param("pinnable", serde_json::Value::from(pinnable).to_string())
         .read()
     }
 }

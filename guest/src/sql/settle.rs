@@ -60,3 +60,25 @@ impl Statements {
         .delete(true)
     }
 }
+
+impl Statements {
+    /// Deletes the rows of `ids` from the state table, as the original backend deletes: settle
+    /// mode's delete, which the original then neither lists nor reads (a tombstone it would),
+    /// and which leaves no version above the original's next write. The ids travel as one
+    /// parameter, a JSON array; done on every replica before it returns.
+    pub fn delete_states(&self, ids: &[&str]) -> Query {
+        Query::new(format!(
+            "DELETE FROM {} WHERE has(JSONExtract({{ids:String}}, 'Array(String)'), state_id)",
+            self.state
+        ))
+        .param("ids", serde_json::Value::from(ids).to_string())
+        .delete(true)
+    }
+
+    /// The server's clock, unix milliseconds, one number: settle mode's versions, so that none
+    /// of ours is above a write the original makes after it (the original's versions are the
+    /// server's `now64(3)`).
+    pub fn server_now(&self) -> Query {
+        Query::new("SELECT toUnixTimestamp64Milli(now64(3))".to_string())
+    }
+}

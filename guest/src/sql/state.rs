@@ -62,7 +62,8 @@ impl Statements {
 
     /// Writes rows given as JSONEachRow (encoded by [`Statements::encode_state`] and
     /// [`Statements::encode_tombstone`]). `token` makes the insert unique for insert
-    /// deduplication: a retry of the same write reuses it, a new write never does.
+    /// deduplication: a retry of the same write reuses it, a new write never does. The caller
+    /// names the rows' ids and versions with [`Query::landing`], for the session's check.
     pub fn insert_states(&self, rows: Vec<u8>, token: &str) -> Query {
         let (table, origin, fanout) = self.write_target();
         let mut query = Query::new(format!(
@@ -107,6 +108,7 @@ impl Statements {
             .role(Role::GuardedInsert)
             .fanned_out(fanout)
             .one_row_of_nothing()
+            .landing(vec![(state.state_id.to_string(), state.version_ms)])
     }
 
     /// Whether `guard` holds now, as one number (1 or 0): the guarded write's condition for a
@@ -148,6 +150,7 @@ impl Statements {
             .role(Role::GuardedInsert)
             .fanned_out(fanout)
             .one_row_of_nothing()
+            .landing(vec![(state.state_id.to_string(), state.version_ms)])
     }
 
     /// Binds who wrote, when the history is on.

@@ -49,6 +49,20 @@ class Result:
     result_bytes: int = 0
 
 
+# Formats whose data is text, which an INSERT can carry inline after its FORMAT clause.
+_TEXT_FORMATS = ("json", "tabseparated", "tsv", "csv", "values", "customseparated", "ndjson")
+
+
+def _inline_text(fmt: str, data: bytes) -> str | None:
+    """`data` as text when `fmt` is a text format and the bytes are UTF-8, else None."""
+    if not fmt.lower().startswith(_TEXT_FORMATS):
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 class Connection:
     """One chDB connection; used by one request (or one session) at a time."""
 
@@ -59,6 +73,11 @@ class Connection:
         # What the connection currently has on top of the engine's baseline (see `prepare`).
         self._database: str | None = None
         self._applied: dict[str, str] = {}
+        if engine.profile:
+            # The settings profile's defaults, as a server applies a user's profile at login.
+            self.raw(
+                "SET " + ", ".join(f"{n} = {quote_string(v)}" for n, v in engine.profile.items())
+            )
 
     def has(self, database: str, settings: dict[str, str]) -> bool:
         """Whether `prepare(database, settings)` would have nothing to do."""
@@ -112,8 +131,22 @@ class Connection:
         )
 
     def insert(self, statement: str, fmt: str, data: bytes) -> Result:
-        """INSERT with its data apart from the statement: any bytes, binary formats included."""
+        """INSERT with its data apart from the statement: any bytes, binary formats included.
+
+        Text data goes inline, as one query: chDB's streaming insert loses an error raised as
+        the insert finishes (a CHECK constraint, a materialized view's failure), reporting the
+        rows written while nothing was, and a server must not acknowledge a failed insert.
+        """
         started = time.monotonic_ns()
+        text = _inline_text(fmt, data)
+        if text is not None:
+            result = self.raw(f"{statement} FORMAT {fmt}\n{text}")
+            return Result(
+                b"",
+                time.monotonic_ns() - started,
+                written_rows=result.rows_written(),
+                written_bytes=result.bytes_written(),
+            )
         try:
             inserter = self._raw.send_insert(statement, fmt)
             try:
@@ -441,11 +474,20 @@ class Engine:
     the connections to it."""
 
     def __init__(
-        self, data_dir: str, *, max_queries: int, max_sessions: int, config: str | None = None
+        self,
+        data_dir: str,
+        *,
+        max_queries: int,
+        max_sessions: int,
+        config: str | None = None,
+        profile: dict[str, str] | None = None,
     ):
         import chdb  # imported here so `--help` works without the venv
 
         self._chdb = chdb
+        # A settings profile's defaults: every connection starts with them, and a request's own
+        # settings override them (chDB reads no <profiles> from a configuration file).
+        self.profile = dict(profile or {})
         # chDB passes connection-string parameters to the engine as start-up arguments.
         self._data_dir = f"{data_dir}?config-file={config}" if config else data_dir
         self.codes = ErrorCodes({})

@@ -30,6 +30,8 @@ from .request import Query, assemble, form_fields
 LOG = logging.getLogger("local-clickhouse")
 
 # URL parameters that are not settings (ClickHouse's HTTPHandler reserves these).
+# Settings a server takes per query only (SET refuses them).
+PER_QUERY_ONLY = ("run_query_in_background",)
 RESERVED_PARAMS = {
     "query",
     "database",
@@ -342,6 +344,11 @@ class Handler(socketserver.StreamRequestHandler):
         unknown = [name for name in settings if not engine.known_setting(name)]
         if unknown:
             raise codes.error("UNKNOWN_SETTING", f"Unknown setting '{unknown[0]}'")
+        # chDB takes a request's settings by SET, which refuses the per-query-only ones; a
+        # server takes them with the query. Their default asks for nothing, so it is dropped.
+        for name in PER_QUERY_ONLY:
+            if name in settings and settings[name] == engine.defaults.get(name):
+                del settings[name]
         self._output = self._choose_output(params, settings)
 
         body = codecs.decode_body(self.headers.get("content-encoding", ""), raw_body, codes)

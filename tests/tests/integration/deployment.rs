@@ -261,6 +261,14 @@ fn every_kind_sends_settings_the_engine_accepts() {
     for statement in sql.migration() {
         client.execute(&statement).expect("schema");
     }
+    // The newer pinned settings this server knows, as the deployment check finds them.
+    let names: Vec<String> = table
+        .target
+        .must("SELECT name FROM system.settings")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let pinnable = clickhouse_state::pinned::known(&names);
     let row = |n: u64| -> Vec<u8> {
         format!(
             r#"{{"state_id":"s","partial_state":"{{}}","completed_state":"{{\"n\":{n}}}","updated_at":"{}.000"}}"#,
@@ -283,6 +291,7 @@ fn every_kind_sends_settings_the_engine_accepts() {
             let consistency = Consistency {
                 kind,
                 deduplicate_insert,
+                pinnable,
             };
             let n = (n as u64 + 1) * 10 + deduplicate_insert as u64;
             let token = format!("t{n}");
@@ -306,6 +315,12 @@ fn every_kind_sends_settings_the_engine_accepts() {
                 sql.write_guarded(state_row(n), &ORIGIN, &guard(), &token),
                 sql.guard_holds(&guard()),
                 sql.set_unless_newer(state_row(n), &ORIGIN, &format!("{token}s")),
+                sql.server_now(),
+                sql.delete_states(&["gone"]),
+                sql.history_withdraw("w", &[("gone".to_string(), 1)])
+                    .expect("the history is on"),
+                sql.deployment(&clickhouse_state::pinned::newer_names())
+                    .query,
             ];
             let roles: Vec<Role> = queries.iter().map(|q| q.role).collect();
             for role in [

@@ -121,3 +121,49 @@ fn one_version_for_crates_wheel_cli_and_readme() {
         "the README names the contract's version, {contract}"
     );
 }
+
+#[test]
+fn every_pinned_setting_is_documented() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/deployments.md");
+    let page = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let start = page
+        .find("### What no profile changes")
+        .expect("the section on pinned settings");
+    let end = start
+        + page[start..]
+            .find("**The view and its definer.**")
+            .unwrap_or(page.len() - start);
+    let section = &page[start..end];
+    // Each pin's row: its name in backticks (and the version that added it, for a newer one),
+    // its value, and the statements it goes to.
+    for pin in clickhouse_state::pinned::PINS {
+        let columns: Vec<&str> = section
+            .lines()
+            .filter(|line| line.starts_with('|'))
+            .map(|line| line.split('|').map(str::trim).collect::<Vec<_>>())
+            .find(|cols| cols.len() > 3 && cols[1].contains(&format!("`{}`", pin.name)))
+            .unwrap_or_else(|| panic!("docs/deployments.md does not list `{}`", pin.name))
+            .into_iter()
+            .skip(1)
+            .collect();
+        let value = if pin.value.is_empty() {
+            "''"
+        } else {
+            pin.value
+        };
+        assert_eq!(columns[1], format!("`{value}`"), "`{}`'s value", pin.name);
+        assert_eq!(
+            columns[2],
+            pin.applies.described(),
+            "`{}`'s statements",
+            pin.name
+        );
+        if let Some(since) = pin.since {
+            assert!(
+                columns[0].contains(&format!("[{since}]")),
+                "`{}` since {since}",
+                pin.name
+            );
+        }
+    }
+}

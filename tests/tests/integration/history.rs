@@ -601,3 +601,29 @@ async fn the_longest_ttl_keeps_what_is_written_now_and_migrate_changes_it() {
         "a version of today stays"
     );
 }
+
+/// The history's view runs its part of an insert as the inserting user, with the statement's
+/// settings (docs/deployments.md, "The view and its definer"): `migrate` gives it no `SQL
+/// SECURITY`, and a server that ignores an empty one (the default) stores none. On a server
+/// that does not, the view is its definer's, which the docs say how to handle.
+#[tokio::test]
+async fn the_history_view_runs_as_the_inserting_user() {
+    let table = TestTable::new("definer");
+    let mut b = table.open().await;
+    b.migrate().await.expect("migrate");
+    let view = format!("{SCHEMA}.{}_history_to_state", table.name);
+    let created = table.target.must(&format!("SHOW CREATE TABLE {view}"));
+    let ignored = table
+        .target
+        .query(
+            "SELECT value FROM system.server_settings \
+             WHERE name = 'ignore_empty_sql_security_in_create_view_query'",
+        )
+        .map(|v| v.trim() != "0")
+        .unwrap_or(true);
+    if ignored {
+        assert!(!created.contains("SQL SECURITY"), "{created}");
+    } else {
+        assert!(created.contains("SQL SECURITY DEFINER"), "{created}");
+    }
+}

@@ -448,3 +448,62 @@ async fn a_kept_lock_forced_open_never_writes_under_the_next_holder() {
     let stored = next.get("stream").await.unwrap().unwrap();
     assert_eq!(bookmarks(&stored), json(r#"{"k1":1,"k2":2,"k3":3}"#));
 }
+
+/// The rows of `state_id` in `table`'s lock log once every pruning mutation is done (they are
+/// sent without waiting, `mutations_sync=0`; the wait is for ClickHouse to finish, bounded).
+fn lock_log_rows(table: &TestTable, state_id: &str) -> u64 {
+    let log = format!("{}_lock_log", table.name);
+    let pending = format!(
+        "SELECT count() FROM system.mutations WHERE database = '{}' AND table = '{log}' \
+         AND NOT is_done",
+        integration_tests::SCHEMA
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while table.target.must(&pending).trim() != "0" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock log's pruning did not finish in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    table
+        .target
+        .must(&format!(
+            "SELECT count() FROM {}_lock_log WHERE state_id = '{state_id}'",
+            table.qualified()
+        ))
+        .trim()
+        .parse()
+        .expect("a count")
+}
+
+#[tokio::test]
+async fn meltanos_update_path_prunes_the_lock_log() {
+    use clickhouse_state::lock::fenced::{PRUNE_EVERY, PRUNE_KEEP};
+    let table = TestTable::new("log_pruned");
+    // No linger: every update claims a generation and gives it back (an acquire and a release
+    // row), as runs of Meltano do; `update` is the only call.
+    let mut b = table.open_with(&[("lock_linger_seconds", "0")]).await;
+    let updates = 2 * PRUNE_EVERY as usize + PRUNE_KEEP as usize;
+    for i in 0..updates {
+        b.update(&bookmark(i)).await.expect("update");
+    }
+    let rows = lock_log_rows(&table, "stream");
+    // Update n claims generation n: two rows each, and none older than `PRUNE_KEEP` before the
+    // last pruning claim.
+    let newest = updates as u64;
+    let last_pruning = newest / PRUNE_EVERY * PRUNE_EVERY;
+    let kept = 2 * (newest - (last_pruning - PRUNE_KEEP) + 1);
+    assert!(
+        rows <= kept,
+        "{rows} lock-log rows after {updates} updates; at most {kept} are kept"
+    );
+    // Pruning keeps what decides: the newest generation, its release, and the merged state.
+    assert_eq!(b.lock_info("stream").await.unwrap(), None);
+    let stored = b.get("stream").await.unwrap().expect("stored");
+    assert_eq!(
+        bookmarks(&stored).as_object().map(|o| o.len()),
+        Some(updates)
+    );
+    b.close().await.unwrap();
+}

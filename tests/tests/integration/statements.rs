@@ -193,13 +193,13 @@ fn the_set_condition_in_sql_decides_as_the_rule_in_rust() -> Result<()> {
                 session
                     .sql
                     .set_unless_newer(row("{}", version), &ORIGIN, &format!("{id}/a"));
-            assert_eq!(session.run_written(&first)?, Some(1), "{stored:?}");
+            assert_eq!(session.write(&first)?.0.rows(), Some(1), "{stored:?}");
         }
         let set =
             session
                 .sql
                 .set_unless_newer(row(r#"{"s":1}"#, 5_000), &ORIGIN, &format!("{id}/b"));
-        let written = session.run_written(&set)?;
+        let written = session.write(&set)?.0.rows();
         assert_eq!(
             written,
             Some(u64::from(set::lands(stored, 5_000))),
@@ -230,7 +230,7 @@ fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
     };
     let sends = ["updated", "deleted"].map(|id| session.sql.set_unless_newer(row(id), &ORIGIN, id));
     for send in &sends {
-        assert_eq!(session.run_written(send)?, Some(1), "the first landing");
+        assert_eq!(session.write(send)?.0.rows(), Some(1), "the first landing");
     }
     for id in ["updated", "deleted"] {
         store.delete(id)?;
@@ -244,7 +244,7 @@ fn a_set_sent_again_after_a_delete_does_not_land_again() -> Result<()> {
     for send in &sends {
         // the resend, after the lost answer: below the tombstone, it writes nothing
         assert_eq!(
-            session.run_written(send)?,
+            session.write(send)?.0.rows(),
             Some(0),
             "the resend landed again"
         );
