@@ -16,7 +16,7 @@
 //! decide, row by row: an older version stored than the row's means the row is not in the
 //! state table (versions only grow); its own version or a newer one, that it may be. A row
 //! found absent is withdrawn from the history only when no send of it can still land: every
-//! send that failed was answered by the server as over (`Session::last_in_doubt`), and versions
+//! send that failed was answered by the server as over (`session::Sends`), and versions
 //! only grow (not in settle mode, where a `DELETE` removes them). A conditional write is never
 //! reported landed from its version alone: another write of the same version may be there, so
 //! its machine compares the stored row with its own (`Landed::Unknown`).
@@ -113,14 +113,15 @@ impl<T: Transport, H: Platform> Session<T, H> {
     /// is returned.
     pub fn write(&self, query: &Query) -> Result<(Landed, bool)> {
         let rows = query.lands.len() as u64;
-        let sent = self.run_write(query);
-        let doubt = self.last_in_doubt();
+        let (sent, sends) = self.run_write(query);
+        let doubt = sends.in_doubt;
         let conditional = query.role == Role::GuardedInsert;
         let (written, resent) = match sent {
             Ok(answer) => answer,
             Err(e) => {
                 // Best effort, one try each: the server may be what failed.
                 if query.fanout > 1
+                    && sends.sent
                     && let Err(settling) = self.settle(query, true, doubt)
                 {
                     self.host.log(
@@ -138,14 +139,29 @@ impl<T: Transport, H: Platform> Session<T, H> {
         match counted {
             Count::All => return Ok((Landed::All, resent)),
             Count::Nothing if conditional && !resent => return Ok((Landed::Nothing, false)),
+            // A part on a first send is a deployment's fault, not a refusal: the next write
+            // would meet it again. One row is then in the history alone, by the count itself
+            // (its answer came, nothing else of it can land); of several, the absent ones are.
+            Count::Part if !resent && rows == 1 => {
+                self.withdraw(query, &query.lands)?;
+                let settled = Settled {
+                    absent: 1,
+                    present: 0,
+                    certain: true,
+                    withdrawn: query.fanout > 1,
+                };
+                return Err(self.history_only(query, &settled));
+            }
+            Count::Part if !resent => {
+                let settled = self.settle(query, false, doubt)?;
+                return Err(self.history_only(query, &settled));
+            }
             _ => {}
         }
         let settled = self.settle(query, false, doubt)?;
         let none_absent = settled.absent == 0;
-        // A part on a first send is a deployment's fault, not a refusal: the next write would
-        // meet it again. So is a plain insert with a row absent after its answer.
-        let history_only = counted == Count::Part && !resent && !none_absent;
-        if history_only || (!conditional && !none_absent) {
+        // A plain insert with a row absent after its answer: the view did not pass it on.
+        if !conditional && !none_absent {
             return Err(self.history_only(query, &settled));
         }
         let landed = match (conditional, none_absent) {
@@ -213,8 +229,11 @@ impl<T: Transport, H: Platform> Session<T, H> {
             .collect())
     }
 
-    /// Removes this instance's history rows of `rows`.
+    /// Removes this instance's history rows of `rows` (none with no history).
     fn withdraw(&self, query: &Query, rows: &[(String, u64)]) -> Result<()> {
+        if query.fanout < 2 {
+            return Ok(());
+        }
         let Some(delete) = self.sql.history_withdraw(&self.instance, rows) else {
             return Ok(());
         };

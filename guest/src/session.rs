@@ -37,9 +37,6 @@ pub struct Session<T, H> {
     pub host: H,
     /// The deployment check passed (see `deployment`); it runs once per instance.
     checked: Cell<bool>,
-    /// A send of the last statement run failed in a way that leaves it possibly still running,
-    /// or landing later (see [`over_on_the_server`]).
-    in_doubt: Cell<bool>,
     /// The settings queries carry on this deployment: assumed from the configuration until the
     /// check has seen the tables.
     consistency: Cell<Consistency>,
@@ -66,7 +63,6 @@ impl<T: Transport, H: Platform> Session<T, H> {
             client: Client::new(&config, transport),
             host,
             checked: Cell::new(false),
-            in_doubt: Cell::new(false),
             consistency: Cell::new(Consistency::assumed(&config)),
             retry_bound_ms: Cell::new(None),
             events_added: Cell::new(false),
@@ -87,10 +83,15 @@ impl<T: Transport, H: Platform> Session<T, H> {
 
     /// Runs an INSERT: the `written_rows` its summary gives (`None` when the server did not
     /// say), and whether it was sent more than once (after a failure whose outcome was unknown:
-    /// an earlier send may have landed). `landing` judges them.
-    pub(crate) fn run_write(&self, query: &Query) -> Result<(Option<u64>, bool)> {
-        self.run_answer_counted(query)
-            .map(|(answer, failures)| (answer.written_rows, failures > 0))
+    /// an earlier send may have landed); and, whatever the result, what became of its sends.
+    /// `landing` judges them.
+    pub(crate) fn run_write(&self, query: &Query) -> (Result<(Option<u64>, bool)>, Sends) {
+        if let Err(e) = self.prepare(query) {
+            return (Err(e), Sends::default());
+        }
+        let (result, sends) = self.run_tracked(query);
+        let result = result.map(|(answer, failures)| (answer.written_rows, failures > 0));
+        (result, sends)
     }
 
     fn run_answer(&self, query: &Query) -> Result<Answer> {
@@ -100,6 +101,13 @@ impl<T: Transport, H: Platform> Session<T, H> {
     /// The answer after the deployment check (once per instance), and how many sends before
     /// it failed transiently.
     fn run_answer_counted(&self, query: &Query) -> Result<(Answer, u32)> {
+        self.prepare(query)?;
+        self.run_counted(query)
+    }
+
+    /// What must be done before `query` is sent: the deployment check (once per instance), and
+    /// the history's view created where a write to the history needs it.
+    fn prepare(&self, query: &Query) -> Result<()> {
         if !self.checked.get() {
             self.check_deployment()?;
         }
@@ -121,7 +129,7 @@ impl<T: Transport, H: Platform> Session<T, H> {
                 )));
             }
         }
-        self.run_counted(query)
+        Ok(())
     }
 
     /// The ordinals (`seq`, see `sql::history`) of rows about to be written as JSON, one per id
@@ -194,17 +202,29 @@ impl<T: Transport, H: Platform> Session<T, H> {
 
     /// The answer, and how many sends before it failed transiently.
     fn run_counted(&self, query: &Query) -> Result<(Answer, u32)> {
+        self.run_tracked(query).0
+    }
+
+    /// As [`Session::run_counted`], and what became of the statement's own sends (the
+    /// statements a missing schema makes it run in between are not counted).
+    fn run_tracked(&self, query: &Query) -> (Result<(Answer, u32)>, Sends) {
+        let mut sends = Sends::default();
+        let result = self.run_sends(query, &mut sends);
+        (result, sends)
+    }
+
+    fn run_sends(&self, query: &Query, sends: &mut Sends) -> Result<(Answer, u32)> {
         let mut migrated = false;
         let mut failures = 0u32;
         let started = self.host.now_ms();
-        self.in_doubt.set(false);
         loop {
             let settings = self.consistency.get().settings(query.role);
             let answer = self.client.answer(query, &settings);
+            sends.sent = true;
             if let Err(e) = &answer
                 && !over_on_the_server(e)
             {
-                self.in_doubt.set(true);
+                sends.in_doubt = true;
             }
             match answer {
                 Err(e) if e.is_missing_schema() && !migrated => {
@@ -338,25 +358,30 @@ impl<T: Transport, H: Platform> Session<T, H> {
         rows::number(&self.run(&self.sql.server_now())?)
     }
 
-    /// Whether a send of the last statement run may still be running on the server, or land
-    /// later: it failed other than by the server's own answer that it is over.
-    pub(crate) fn last_in_doubt(&self) -> bool {
-        self.in_doubt.get()
-    }
-
     pub fn new_token(&self) -> String {
         uuid_of(self.host.random_u128())
     }
 }
 
+/// What became of a statement's sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sends {
+    /// At least one was made (or tried: a refusal before it left counts, and is in doubt).
+    pub sent: bool,
+    /// One failed in a way that leaves it possibly still running on the server, or landing
+    /// later (see `over_on_the_server`).
+    pub in_doubt: bool,
+}
+
 /// Whether a failed send is over on the server: the server answered with an error of its own,
-/// other than those that say the work may still be done (a socket timeout, an insert whose
-/// status is unknown, Keeper or the network failing under it, a proxy's 5xx). A connection that
-/// failed, a timeout on this side, or a refusal before sending are not.
+/// other than those that say the work may still be done (an insert whose status is unknown,
+/// Keeper or the network failing under it, an HTTP status of a proxy's). A connection that
+/// failed, a timeout (the client's, or the server's `TIMEOUT_EXCEEDED` and `SOCKET_TIMEOUT`,
+/// which `http` reports as timeouts), or a refusal before sending are not.
 fn over_on_the_server(e: &Error) -> bool {
     match e {
         Error::Server(e) => {
-            !matches!(e.code, 209 | 210 | 279 | 319 | 999) && !e.name.starts_with("HTTP_")
+            !matches!(e.code, 210 | 279 | 319 | 999) && !e.name.starts_with("HTTP_")
         }
         _ => false,
     }

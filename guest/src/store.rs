@@ -288,9 +288,14 @@ impl<T: Transport, H: Platform> Store<T, H> {
                 .map(|()| Some(1))
         })?;
         // Anything but one row may still have landed: a resend after an unknown outcome finds
-        // the guard no longer holds because its first send did. The version says.
-        let landed = written == Some(1)
-            || self.read_version(&self.session.sql.version_of(&lock.state_id))? == version;
+        // the guard no longer holds because its first send did. What is stored says: this row,
+        // at its version (another write may have the same version).
+        let ours = (
+            Some(state.partial.clone()),
+            Some(state.completed.clone()),
+            version,
+        );
+        let landed = written == Some(1) || self.stored(&lock.state_id)? == Some(ours);
         if !landed {
             return Err(Error::LockLost(format!(
                 "nothing was written to {:?}: the lock (token {}) is no longer held, or the \
@@ -304,7 +309,9 @@ impl<T: Transport, H: Platform> Store<T, H> {
 
     /// Deletes the state as it is now: a tombstone above the newest version read here (see
     /// `sql::encode_tombstone`), at a version fixed before sending, so that a retry of the
-    /// delete lands on itself and a state written after it stays.
+    /// delete lands on itself and a state written after it stays. In settle mode, the
+    /// original's `DELETE` of the id's rows (see `bury`), which removes whatever is stored
+    /// when it runs, as the original's delete does.
     pub fn delete(&self, state_id: &str) -> Result<()> {
         validate_state_id(state_id)?;
         match self.stored(state_id)? {
