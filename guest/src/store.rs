@@ -316,10 +316,9 @@ impl<T: Transport, H: Platform> Store<T, H> {
         validate_state_id(state_id)?;
         match self.stored(state_id)? {
             None | Some((None, None, _)) => Ok(()), // nothing stored, or deleted already
-            Some((_, _, version)) => self.bury(
-                &[(state_id, self.next_version(version)?)],
-                &self.origin(Op::Delete),
-            ),
+            Some((_, _, version)) => {
+                self.bury_above(&[(state_id, version)], &self.origin(Op::Delete))
+            }
         }
     }
 
@@ -418,18 +417,12 @@ impl<T: Transport, H: Platform> Store<T, H> {
     /// how many.
     pub fn clear_all(&self) -> Result<u64> {
         let live = self.session.fetch(&self.session.sql.live_versions())?;
-        let now = self.clock_ms()?;
         let tombstones: Vec<(&str, u64)> = live
             .iter()
-            .map(|row| {
-                (
-                    row.state_id.as_str(),
-                    now.max(row.version.saturating_add(1)),
-                )
-            })
+            .map(|row| (row.state_id.as_str(), row.version))
             .collect();
         if !tombstones.is_empty() {
-            self.bury(&tombstones, &self.origin(Op::ClearAll))?;
+            self.bury_above(&tombstones, &self.origin(Op::ClearAll))?;
         }
         Ok(tombstones.len() as u64)
     }
@@ -468,6 +461,21 @@ impl<T: Transport, H: Platform> Store<T, H> {
             lock_owner: &lock.owner,
             token: lock.token,
         }
+    }
+
+    /// Deletes the ids of `live` (each with the version stored), each by a tombstone above that
+    /// version (see `bury`); in settle mode by the original's `DELETE`, with no version to take
+    /// (so no read of the server's clock).
+    fn bury_above(&self, live: &[(&str, u64)], origin: &Origin<'_>) -> Result<()> {
+        if self.session.config.lock_mode == LockMode::Settle {
+            return self.bury(live, origin);
+        }
+        let now = self.clock_ms()?;
+        let tombstones: Vec<(&str, u64)> = live
+            .iter()
+            .map(|(id, version)| (*id, now.max(version.saturating_add(1))))
+            .collect();
+        self.bury(&tombstones, origin)
     }
 
     /// One INSERT of tombstones, each at its version, under a fresh deduplication token; in
