@@ -134,8 +134,20 @@ node-host: guest
 # The Node host's own tests (its egress policy, resets), then the shared conformance cases
 # (tests/conformance/cases.json) through it
 test-node: node-host clickhouse-start
-    cd hosts/node && node --test test/
-    cd hosts/node && node conformance.js
+    #!/usr/bin/env bash
+    set -euo pipefail
+    # The Node host's tripwire (hosts/node/src/tripwire.js), armed for every test: a trip fails
+    # the run, whichever test made it.
+    export NODE_HOST_TRIPWIRE="{{justfile_directory()}}/target/node-tripwire.log"
+    mkdir -p target && : > "$NODE_HOST_TRIPWIRE"
+    cd hosts/node
+    node --test test/
+    node conformance.js
+    if [[ -s "$NODE_HOST_TRIPWIRE" ]]; then
+        cat "$NODE_HOST_TRIPWIRE" >&2
+        echo "the Node host's tripwire was hit" >&2
+        exit 1
+    fi
 
 # The lock's model, running the guest's own update machine: checks every state within its bounds
 model:

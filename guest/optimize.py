@@ -38,6 +38,11 @@ ARGS = [
     "--enable-reference-types",
 ]
 CORE_MODULE = 1  # a component's section id for an embedded core module
+CUSTOM = 0
+# Custom sections of the component itself that no host reads: the names of its internal
+# instances and functions, for debugging (a twelfth of the component; the core module's own names
+# are stripped by cargo already).
+DROPPED = {"component-name"}
 
 
 def leb128(data: bytes, at: int) -> tuple[int, int]:
@@ -74,6 +79,11 @@ def sections(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
+def custom_name(body: bytes) -> str:
+    size, at = leb128(body, 0)
+    return body[at : at + size].decode("utf-8", errors="replace")
+
+
 def optimize_module(wasm_opt: str, module: bytes) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         source, target = Path(tmp, "in.wasm"), Path(tmp, "out.wasm")
@@ -96,6 +106,8 @@ def optimize(data: bytes, wasm_opt: str) -> bytes:
     largest = max(modules, key=lambda i: len(parts[i][1]))
     out = bytearray(data[:8])
     for i, (section_id, body) in enumerate(parts):
+        if section_id == CUSTOM and custom_name(body) in DROPPED:
+            continue
         if i == largest:
             body = optimize_module(wasm_opt, body)
         out += bytes([section_id]) + encode_leb128(len(body)) + body

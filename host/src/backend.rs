@@ -70,6 +70,11 @@ impl Backend {
         })
     }
 
+    /// What the CPU share held the last call back by (nothing without a share).
+    pub fn held_back(&self) -> crate::limits::HeldBack {
+        self.sandbox.data().limits.held_back
+    }
+
     /// The instance's linear memory, in bytes: the most it ever needed, as memory only grows.
     pub fn peak_memory_bytes(&self) -> usize {
         self.sandbox.data().limits.peak_memory_bytes

@@ -30,7 +30,7 @@ mod state;
 pub use backend::{Backend, Lock};
 pub use engine::WASMTIME_VERSION;
 pub use error::{ERROR_KINDS, Error, ErrorKind, LockInfo, Result};
-pub use limits::CpuShare;
+pub use limits::{CpuShare, HeldBack};
 pub use linker::LINKED as LINKED_INTERFACES;
 pub use records::{HistoryEntry, Point, Restored, State};
 pub use runtime::{

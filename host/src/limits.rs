@@ -35,6 +35,8 @@ pub(crate) struct Limits {
     /// The call's CPU at the previous epoch tick.
     cpu_at_last_tick: Duration,
     pub(crate) cpu_hit: bool,
+    /// What the CPU share held back in the current (or last) call.
+    pub(crate) held_back: HeldBack,
     pub(crate) memory_denied: bool,
     /// The message of the guest's last panic (its panic hook logs `panic: ...`).
     pub(crate) last_panic: Option<String>,
@@ -60,6 +62,7 @@ impl Limits {
             cpu: CpuClock::default(),
             cpu_at_last_tick: Duration::ZERO,
             cpu_hit: false,
+            held_back: HeldBack::default(),
             memory_denied: false,
             last_panic: None,
             stderr: MemoryOutputPipe::new(64 * 1024),
@@ -71,6 +74,7 @@ impl Limits {
         self.call_started = Some(Instant::now());
         self.cpu = CpuClock::default();
         self.cpu_at_last_tick = Duration::ZERO;
+        self.held_back = HeldBack::default();
     }
 
     /// The panic message a guest without a panic hook of its own wrote to stderr.
@@ -149,6 +153,18 @@ impl CpuShare {
             .mul_f64((1.0 - share) / share)
             .min(Duration::from_secs(1))
     }
+}
+
+/// What a call's CPU share held it back by: counted, so that a test (or a metric) sees the
+/// share at work without timing the call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldBack {
+    /// The pauses the call stood aside for.
+    pub pauses: u32,
+    /// How long they were, in all.
+    pub stood_aside: Duration,
+    /// The call's CPU time at the last of them.
+    pub cpu_at_last_pause: Duration,
 }
 
 /// The CPU the guest's code got in one call: closed stretches inside wasm plus the open one.
@@ -309,6 +325,12 @@ pub(crate) fn apply<T: 'static>(store: &mut Store<T>, limits_of: fn(&mut T) -> &
         let pause = limits
             .cpu_share
             .map_or(Duration::ZERO, |share| share.pause(used, slice));
+        if !pause.is_zero() {
+            let held = &mut limits.held_back;
+            held.pauses += 1;
+            held.stood_aside += pause;
+            held.cpu_at_last_pause = used;
+        }
         limits.cpu.suspend();
         let cpu = limits.cpu.clone();
         Ok(UpdateDeadline::YieldCustom(

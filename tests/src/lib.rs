@@ -140,15 +140,64 @@ pub fn assert_no_trips() {
     assert!(trips.is_empty(), "the tripwire was hit: {trips:#?}");
 }
 
-/// The `state-backend` executable of this build (beside the test binary, or a level up).
+/// The `state-backend` executable of this build (beside the test binary, or a level up): a
+/// test build (its tripwire armed), built since the last change of the sources it is built
+/// from. `cargo test --workspace` builds it so (the test features are unified); a build of the
+/// host alone (`just lint`'s) is not one.
 pub fn state_backend_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.ancestors()
-        .skip(1)
-        .take(3)
-        .map(|dir| dir.join("state-backend"))
-        .find(|path| path.is_file())
-        .expect("state-backend not built; run `cargo build -p meltano-state-host`")
+    static CHECKED: OnceLock<std::path::PathBuf> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test exe");
+            let binary = exe
+                .ancestors()
+                .skip(1)
+                .take(3)
+                .map(|dir| dir.join("state-backend"))
+                .find(|path| path.is_file())
+                .expect("state-backend not built; run `cargo test --workspace --no-run`");
+            let rebuild = "rebuild it with the tests' features: `cargo test --workspace --no-run`";
+            let version = std::process::Command::new(&binary)
+                .arg("--version")
+                .output()
+                .expect("state-backend --version");
+            let version = String::from_utf8_lossy(&version.stdout);
+            assert!(
+                version.contains("test build"),
+                "{} is not a test build (its tripwire is not armed: {version:?}); {rebuild}",
+                binary.display()
+            );
+            let built = modified(&binary);
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let sources = ["host", "contract", "Cargo.lock"].map(|p| root.join(p));
+            if let Some(newer) = sources.iter().find_map(|p| newer_than(p, built)) {
+                panic!(
+                    "{} is older than {}; {rebuild}",
+                    binary.display(),
+                    newer.display()
+                );
+            }
+            binary
+        })
+        .clone()
+}
+
+fn modified(path: &std::path::Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A file under `path` (itself, or in it, but for what cargo builds) changed after `time`.
+fn newer_than(path: &std::path::Path, time: std::time::SystemTime) -> Option<std::path::PathBuf> {
+    if path.is_file() {
+        return (modified(path) > time).then(|| path.to_path_buf());
+    }
+    std::fs::read_dir(path)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| !p.ends_with("target") && !p.ends_with("tests"))
+        .find_map(|p| newer_than(&p, time))
 }
 
 /// What a CLI run printed, stdout then stderr.

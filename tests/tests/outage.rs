@@ -551,7 +551,8 @@ mod outage {
 
     /// The server dies in the middle of an update (its lock claimed, its state write not yet
     /// sent) and stays down past the budget: the call fails with the endpoint, how long it tried
-    /// and the setting, after about the budget; and the stored state is the one before.
+    /// and the setting, after about the budget; and the stored state is the one before. (The
+    /// write never reaches a live server here; the next test kills the server after it did.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_outage_longer_than_the_budget_fails_clearly_and_leaves_the_state_as_it_was() {
         let mut server = LocalServer::start("default", "");
@@ -646,6 +647,120 @@ mod outage {
             json(&state.partial),
             json(r#"{"singer_state":{"k":1,"up":3}}"#)
         );
+    }
+
+    /// The server dies after an update's state write reached it and was done, before its answer
+    /// came back, and stays down past the budget. The call fails, and what it says matches what
+    /// is stored: it says the write may have been stored, and after the restart it is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_outage_after_a_write_reached_the_server_reports_that_it_may_have_been_stored() {
+        let mut server = LocalServer::start("default", "");
+        let target = Target {
+            secure: false,
+            host: "127.0.0.1".into(),
+            port: server.port,
+            user: "default".into(),
+            password: String::new(),
+        };
+        let settings = || {
+            vec![
+                ("schema".to_string(), "outage_reached".to_string()),
+                ("retry_budget_seconds".to_string(), "3".to_string()),
+            ]
+        };
+        let lose = Arc::new(LoseFirstWriteAnswer {
+            armed: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+        });
+        let options = InstanceOptions {
+            faults: Some(lose.clone() as Arc<dyn FaultPlan>),
+            ..InstanceOptions::default()
+        };
+        let mut backend = runtime()
+            .open_with(&server.uri(), settings(), options)
+            .await
+            .expect("opens");
+        backend
+            .update(&State::partial("reached", r#"{"singer_state":{"k":1}}"#))
+            .await
+            .expect("update before the outage");
+
+        lose.armed.store(true, Ordering::SeqCst);
+        let started = Instant::now();
+        let updating = tokio::spawn(async move {
+            let outcome = backend
+                .update(&State::partial("reached", r#"{"singer_state":{"down":2}}"#))
+                .await;
+            (backend, outcome)
+        });
+        // The kill comes once the server has stored the write, and while its answer is held.
+        let stored = "SELECT count() FROM outage_reached.state \
+                      WHERE state_id = 'reached' AND position(partial_state, 'down') > 0";
+        while target
+            .query(stored)
+            .map(|n| n.trim() == "0")
+            .unwrap_or(true)
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the write never reached the server"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            lose.lost.load(Ordering::SeqCst),
+            "the write's answer was not held"
+        );
+        server.kill();
+        let killed = started.elapsed();
+        let (_backend, outcome) = updating.await.expect("the update task");
+        assert!(
+            killed < ANSWER_HELD,
+            "the kill came {killed:?} after the write, after its answer was let go"
+        );
+        match outcome {
+            Err(Error::Unreachable(m)) => {
+                assert!(m.contains("may have been stored"), "{m}");
+                assert!(m.contains("retry_budget_seconds"), "{m}");
+            }
+            other => panic!("expected unreachable, got {other:?}"),
+        }
+
+        server.resume();
+        let mut other = runtime()
+            .open(&server.uri(), settings())
+            .await
+            .expect("opens");
+        let state = other
+            .get("reached")
+            .await
+            .expect("reads after the restart")
+            .expect("the state is kept");
+        assert_eq!(
+            json(&state.partial),
+            json(r#"{"singer_state":{"k":1,"down":2}}"#),
+            "the write the call could not confirm is stored"
+        );
+    }
+
+    /// How long the answer of the write the test kills the server after is held back.
+    const ANSWER_HELD: Duration = Duration::from_secs(8);
+
+    /// Once armed, holds the answer to the first state write (done on the server) for
+    /// [`ANSWER_HELD`], then drops the connection without it.
+    struct LoseFirstWriteAnswer {
+        armed: AtomicBool,
+        lost: AtomicBool,
+    }
+
+    impl FaultPlan for LoseFirstWriteAnswer {
+        fn fault(&self, _: &http::Method, uri: &http::Uri) -> Option<Fault> {
+            let state_write = insert_target(uri).is_some_and(|t| !t.contains("_lock"));
+            (state_write
+                && self.armed.load(Ordering::SeqCst)
+                && !self.lost.swap(true, Ordering::SeqCst))
+            .then_some(Fault::AnswerLost(ANSWER_HELD))
+        }
     }
 
     /// With no retries at all, the first call after a restart must not go out on a pooled

@@ -5,6 +5,16 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use state_host::settings;
 
+/// `--version`: a test build says so, and the tests check that they run one.
+const LONG_VERSION: &str = if cfg!(feature = "tripwire") {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (test build: the tripwire refuses connections off this machine)"
+    )
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
 /// The local ClickHouse that `just clickhouse-start` runs (reaching it needs --allow-loopback).
 const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
 
@@ -12,6 +22,7 @@ const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
 #[command(
     name = "state-backend",
     version,
+    long_version = LONG_VERSION,
     args_override_self = true,
     about = "Meltano state in ClickHouse, through the sandboxed WebAssembly component",
     long_about = long_about()

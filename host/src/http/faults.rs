@@ -67,6 +67,10 @@ pub enum Fault {
     MidStreamException,
     /// The request is done, the answer comes after the timeout.
     Slow,
+    /// The request is done and answered; the answer is held back this long, then the connection
+    /// drops without it: a server that died after the work (a test kills it meanwhile). Never
+    /// drawn by a [`FaultSchedule`].
+    AnswerLost(std::time::Duration),
     /// The answer comes this much later than the server sent it, over the connection it came
     /// on (a slow server, not a broken one). Never drawn by a [`FaultSchedule`].
     Late(std::time::Duration),
@@ -169,6 +173,11 @@ async fn apply(
         Fault::Slow => {
             complete(sender.send(request, options, addresses).await?).await?;
             Err(HttpError::ConnectionReadTimeout)
+        }
+        Fault::AnswerLost(delay) => {
+            complete(sender.send(request, options, addresses).await?).await?;
+            tokio::time::sleep(delay).await;
+            Err(HttpError::ConnectionTerminated)
         }
         Fault::Swallowed { written_rows } => {
             drop((sender, request, options, addresses));

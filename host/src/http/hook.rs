@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderName;
+use http_body_util::BodyExt;
 use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 use wasmtime_wasi_http::{
     DEFAULT_FORBIDDEN_HEADERS, Error as HttpError, ForbiddenHeaderFilter, RequestOptions, WasiBody,
@@ -38,6 +39,9 @@ type SendFuture = Box<dyn Future<Output = Result<Sent, HttpError>> + Send>;
 pub trait Interceptor: Send + Sync + 'static {
     /// How long to hold this request back, if at all.
     fn before_send(&self, method: &http::Method, uri: &http::Uri) -> Option<Duration>;
+
+    /// The request's body, a frame at a time, as it goes out: `bytes` of data.
+    fn body_sent(&self, _bytes: usize) {}
 }
 
 /// The wasi:http hook of one instance: its policy decides, its exchange sends.
@@ -109,6 +113,21 @@ impl WasiHttpHooks for OutgoingHook {
             .interceptor
             .as_ref()
             .and_then(|i| i.before_send(request.method(), request.uri()));
+        let request = match &self.interceptor {
+            None => request,
+            Some(interceptor) => {
+                let interceptor = Arc::clone(interceptor);
+                request.map(move |body| {
+                    body.map_frame(move |frame| {
+                        if let Some(data) = frame.data_ref() {
+                            interceptor.body_sent(data.len());
+                        }
+                        frame
+                    })
+                    .boxed_unsync()
+                })
+            }
+        };
         let pause = delay.map(|d| self.clock.sleep(d.as_millis() as u64));
         let exchange = Arc::clone(&self.exchange);
         let refused = Arc::clone(&self.refused);

@@ -13,6 +13,7 @@ import { PassThrough } from "node:stream";
 import { finished as streamEnded } from "node:stream/promises";
 import { aborted, done, finished, release, take, whole, written } from "./bodies.js";
 import { check } from "./policy.js";
+import { checkAddresses, checkName } from "./tripwire.js";
 
 export { release };
 
@@ -35,6 +36,8 @@ export async function destinations(host, rules, resolver = systemLookup) {
   } else if (rules.resolve?.has(host.toLowerCase())) {
     addresses = rules.resolve.get(host.toLowerCase());
   } else {
+    // A name the system would look up (a query may leave the machine); not a test's resolver.
+    if (resolver === systemLookup) checkName(host);
     try {
       addresses = (await resolver(host, { all: true, verbatim: true })).map((a) => a.address);
     } catch (e) {
@@ -43,6 +46,7 @@ export async function destinations(host, rules, resolver = systemLookup) {
   }
   if (addresses.length === 0) throw { tag: "DNS-error", val: { rcode: "no address", infoCode: undefined } };
   if (check(addresses, rules) !== null) throw { tag: "destination-IP-prohibited" };
+  checkAddresses(host, addresses);
   return addresses;
 }
 

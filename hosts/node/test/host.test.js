@@ -17,6 +17,18 @@ import { test as nodeTest } from "node:test";
 /** The ClickHouse under test. */
 const CLICKHOUSE = new URL(process.env.CLICKHOUSE_URL ?? "http://default:@127.0.0.1:8123");
 
+/**
+ * Skips a test only where the named variable allows it: a check that cannot run here fails,
+ * unless `NODE_HOST_ALLOW_SKIP` lists its name (comma-separated: `127.0.0.2`, `ipv6`, `openssl`).
+ */
+function skipOnlyIfAllowed(t, name, why) {
+  const allowed = (process.env.NODE_HOST_ALLOW_SKIP ?? "").split(",").map((s) => s.trim());
+  if (!allowed.includes(name)) {
+    assert.fail(`${why}: this check cannot run here (NODE_HOST_ALLOW_SKIP=${name} skips it)`);
+  }
+  t.skip(why);
+}
+
 /** Every test with a time limit: a call that never answers fails its test, not the run. */
 const test = (name, options, fn) =>
   fn ? nodeTest(name, { timeout: 120_000, ...options }, fn) : nodeTest(name, { timeout: 120_000 }, options);
@@ -25,6 +37,44 @@ import { kept } from "../src/bodies.js";
 import { CONTRACT_VERSION } from "../src/glue.js";
 import { check, classify } from "../src/policy.js";
 import { open } from "../src/index.js";
+
+test("the tripwire stops what the policy lets through, and records it (in a process of its own)", () => {
+  // Its own process and tripwire file: `just test-node` fails when this run's file has a trip.
+  const dir = mkdtempSync(join(tmpdir(), "node-host-tripwire-"));
+  const log = join(dir, "trips");
+  const index = new URL("../src/index.js", import.meta.url).href;
+  const script = `
+    import { open } from ${JSON.stringify(index)};
+    const seen = [];
+    for (const uri of [
+      "clickhouse://default:throwaway-pw-0000@10.255.255.1:8123/default",
+      "clickhouse://default:@clickhouse.internal.example:8123/default",
+    ]) {
+      const store = await open(uri, { retries: "0" });
+      try { await store.get("x"); seen.push("reached"); } catch (e) { seen.push(e.message); }
+      await store.close();
+    }
+    console.log(JSON.stringify(seen));`;
+  const file = join(dir, "trip.mjs");
+  writeFileSync(file, script);
+  try {
+    const env = { ...process.env, NODE_HOST_TRIPWIRE: log, STATE_BACKEND_TRIPWIRE_ALLOW: "" };
+    const run = spawnSync(process.execPath, [file], {
+      env,
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    assert.equal(run.status, 0, run.stderr);
+    const seen = JSON.parse(run.stdout.trim().split("\n").at(-1));
+    assert.equal(seen.length, 2);
+    for (const message of seen) assert.match(message, /tripwire: refused to leave this machine/);
+    const trips = readFileSync(log, "utf8");
+    assert.match(trips, /a connection to 10\.255\.255\.1/);
+    assert.match(trips, /a lookup of the name clickhouse\.internal\.example/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 test("addresses are classed as the Rust host classes them (the shared table)", () => {
   const table = JSON.parse(
@@ -242,7 +292,7 @@ test("a name from the host's table goes to the address checked, over http and ht
   const resolve = { LocalHost: ["127.0.0.2"] };
   const plainRelay = await relay("127.0.0.2");
   if (plainRelay === null) {
-    t.skip("127.0.0.2 is not this machine's (Linux routes all of 127/8 to loopback)");
+    skipOnlyIfAllowed(t, "127.0.0.2", "127.0.0.2 is not this machine's (Linux routes all of 127/8 to loopback)");
     return;
   }
   const port = plainRelay.address().port;
@@ -370,7 +420,7 @@ test("a component of another contract version is refused, and the output is left
 test("an IPv6 authority reaches its server", async (t) => {
   const v6 = await relay("::1");
   if (v6 === null) {
-    t.skip("this machine has no ::1");
+    skipOnlyIfAllowed(t, "ipv6", "this machine has no ::1");
     return;
   }
   const port = v6.address().port;
@@ -521,7 +571,7 @@ test("certificates are checked whatever NODE_TLS_REJECT_UNAUTHORIZED says", asyn
   const made = selfSigned(dir, "server");
   if (made === null) {
     rmSync(dir, { recursive: true, force: true });
-    t.skip("no openssl here to make a certificate");
+    skipOnlyIfAllowed(t, "openssl", "no openssl here to make a certificate (Debian: apt-get install openssl)");
     return;
   }
   const server = createTlsServer(
@@ -555,7 +605,7 @@ test("a private CA is trusted when given, and a client certificate sent", async 
   const client = server && selfSigned(dir, "client");
   if (!client) {
     rmSync(dir, { recursive: true, force: true });
-    t.skip("no openssl here to make a certificate");
+    skipOnlyIfAllowed(t, "openssl", "no openssl here to make a certificate (Debian: apt-get install openssl)");
     return;
   }
   const settings = { schema: "node_api", table: `tls_${process.pid}`, retries: "0" };

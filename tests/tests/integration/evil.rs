@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use integration_tests::state_host::http::policy::{AddressAllowance, Authority, EgressPolicy};
 use integration_tests::state_host::{
-    Backend, CpuShare, Error, InstanceOptions, Runtime, RuntimeOptions,
+    Backend, CpuShare, Error, HeldBack, InstanceOptions, Runtime, RuntimeOptions,
 };
 use integration_tests::{TestTable, json, runtime as honest_runtime};
 
@@ -95,12 +95,10 @@ async fn a_spinning_guest_is_stopped_by_its_cpu_budget() {
 }
 
 /// Past its first stretch of CPU, a spinning guest is held to its share of a core: at a quarter
-/// after 50 ms, each slice it spins beyond that (one epoch tick, 10 ms) is followed by three
-/// times as long standing aside, so its budget of 300 ms lasts about 1050 ms of wall time. The
-/// slice that crosses the budget stops the call with no pause after it, and on a loaded machine
-/// the ticker runs late, so that slice can be several ticks long: 800 ms leaves it 80 ms.
-/// Without a share it is stopped after its 300 ms (and whatever else the machine runs
-/// meanwhile).
+/// after 50 ms, each slice it spins beyond that (one epoch tick, 10 ms, or more when the ticker
+/// runs late) is followed by three times as long standing aside, until its budget of 300 ms stops
+/// it (the slice that crosses the budget gets no pause). The host counts the pauses, so this
+/// holds on a loaded machine, where wall times do not. Without a share it never stands aside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spinning_guest_is_held_to_its_cpu_share() {
     let path =
@@ -118,12 +116,11 @@ async fn a_spinning_guest_is_held_to_its_cpu_share() {
         .expect("loads");
         async move {
             let mut evil = open(&runtime, None).await;
-            let started = Instant::now();
             match evil.get("loop").await {
                 Err(Error::Timeout(m)) => assert!(m.contains("CPU budget"), "{m}"),
                 other => panic!("expected a timeout, got {other:?}"),
             }
-            started.elapsed()
+            evil.held_back()
         }
     };
     let share = CpuShare {
@@ -131,12 +128,23 @@ async fn a_spinning_guest_is_held_to_its_cpu_share() {
         share: 0.25,
     };
     let held = spin_under(Some(share)).await;
+    // Three times each slice from the one that crossed `after` to the last paused one; a pause
+    // is rounded to the nanosecond.
+    let owed = (held.cpu_at_last_pause.saturating_sub(share.after)) * 3;
+    let rounding = Duration::from_nanos(u64::from(held.pauses));
     assert!(
-        held >= Duration::from_millis(800),
-        "a quarter of a core for 300 ms of CPU took only {held:?}"
+        held.stood_aside + rounding >= owed,
+        "stood aside {:?} for {:?} of CPU past the first 50 ms: {held:?}",
+        held.stood_aside,
+        held.cpu_at_last_pause.saturating_sub(share.after)
+    );
+    // It was held back for most of its budget, not for a slice of it.
+    assert!(
+        held.cpu_at_last_pause >= Duration::from_millis(150) && held.pauses >= 2,
+        "{held:?}"
     );
     let unheld = spin_under(None).await;
-    assert!(unheld < held, "without a share {unheld:?}, with {held:?}");
+    assert_eq!(unheld, HeldBack::default(), "without a share");
     honest_still_works().await;
 }
 

@@ -1,0 +1,231 @@
+//! Goals held on every commit, as counts that noise cannot move: the component's size, and the
+//! requests and bytes each operation sends. A change that sends one more statement, or makes a
+//! statement much longer, fails here with the operation's name; a change that sends less fails
+//! too, until its budget is lowered to match (the budgets are a ratchet, not a ceiling).
+//!
+//! Requests and bytes are counted by the host's interceptor: one per HTTP request, and the
+//! statement's text (the `query` parameter, as it travels, percent-encoded) plus the body (the
+//! rows of an insert, or a statement too long for the URL). The settings and the bound
+//! parameters, which a deployment kind changes (docs/deployments.md) and `deployment.rs` checks,
+//! are not counted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use integration_tests::state_host::http::hook::Interceptor;
+use integration_tests::state_host::{
+    Backend, InstanceOptions, Point, State, default_component_path,
+};
+use integration_tests::{TestTable, runtime};
+
+/// The component's goal (docs/benchmarks.md), in bytes as the report counts them (1 KB = 1000).
+const COMPONENT_BYTES: u64 = 450_000;
+
+/// What one operation may send, in the order [`operations`] runs them.
+struct Budget {
+    operation: &'static str,
+    requests: usize,
+    bytes: usize,
+}
+
+const fn budget(operation: &'static str, requests: usize, bytes: usize) -> Budget {
+    Budget {
+        operation,
+        requests,
+        bytes,
+    }
+}
+
+/// How far the bytes may stray from their budget, either way. They are the same from run to run
+/// here; the margin leaves room for a longer table or schema name on another server.
+const BYTES_MARGIN: f64 = 0.10;
+
+/// Every operation's budget, in one place. A kept update, a `set` and a `get` are one request
+/// each: the goals of docs/benchmarks.md.
+const BUDGETS: &[Budget] = &[
+    budget("migrate (creates the tables)", 10, 4283),
+    budget("get, the instance's first call", 1, 219),
+    budget("get", 1, 219),
+    budget("set", 1, 647),
+    budget("update, the first of a run (claims the lock)", 3, 3132),
+    budget("update, with the lock kept", 1, 1391),
+    budget("idle, nothing due", 0, 0),
+    budget("close (gives the kept lock back)", 1, 324),
+    budget("update, no lock kept (claim, write, release)", 4, 3480),
+    budget("state_ids", 1, 173),
+    budget("get_all", 1, 253),
+    budget("set_all (3 states)", 2, 1064),
+    budget("history", 1, 340),
+    budget("get_at", 1, 379),
+    budget("lock_info", 1, 1108),
+    budget("acquire_lock", 2, 942),
+    budget("set_locked", 2, 647),
+    budget("release", 1, 336),
+    budget("delete", 2, 634),
+    budget("clear_all", 2, 1271),
+];
+
+/// Counts the requests an instance sends, and their bytes.
+#[derive(Default)]
+struct Sent {
+    requests: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl Interceptor for Sent {
+    fn before_send(&self, _method: &http::Method, uri: &http::Uri) -> Option<Duration> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let statement = uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("query="))
+            .map_or(0, str::len);
+        self.bytes.fetch_add(statement, Ordering::SeqCst);
+        None
+    }
+
+    fn body_sent(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::SeqCst);
+    }
+}
+
+impl Sent {
+    fn take(&self) -> (usize, usize) {
+        (
+            self.requests.swap(0, Ordering::SeqCst),
+            self.bytes.swap(0, Ordering::SeqCst),
+        )
+    }
+}
+
+async fn counted(table: &TestTable, extra: &[(&str, &str)]) -> (Backend, Arc<Sent>) {
+    let sent = Arc::new(Sent::default());
+    let options = InstanceOptions {
+        interceptor: Some(sent.clone() as Arc<dyn Interceptor>),
+        ..InstanceOptions::default()
+    };
+    let backend = runtime()
+        .open_with(&table.target.uri(), table.with(extra), options)
+        .await
+        .expect("open");
+    (backend, sent)
+}
+
+/// Runs every operation of [`BUDGETS`] once, in its order, and says what each sent.
+async fn operations() -> Vec<(&'static str, usize, usize)> {
+    let table = TestTable::new("budgets");
+    let mut seen = Vec::new();
+    let bookmark = |i: u32| {
+        State::partial(
+            "run",
+            format!(r#"{{"singer_state":{{"bookmarks":{{"stream":{{"since":{i}}}}}}}}}"#),
+        )
+    };
+    // Meltano's long-lived instance: it keeps the lock between the updates of a run.
+    let (mut a, sent) = counted(&table, &[("lock_linger_seconds", "60")]).await;
+    macro_rules! measure {
+        ($sent:expr, $index:expr, $call:expr) => {{
+            $sent.take();
+            let result = $call;
+            let (requests, bytes) = $sent.take();
+            seen.push((BUDGETS[$index].operation, requests, bytes));
+            result
+        }};
+    }
+    measure!(sent, 0, a.migrate().await).expect("migrate");
+    measure!(sent, 1, a.get("run").await).expect("get");
+    measure!(sent, 2, a.get("run").await).expect("get");
+    let set = State::completed("plain", r#"{"singer_state":{"bookmarks":{}}}"#);
+    measure!(sent, 3, a.set(&set).await).expect("set");
+    measure!(sent, 4, a.update(&bookmark(1)).await).expect("update");
+    measure!(sent, 5, a.update(&bookmark(2)).await).expect("update");
+    let due = measure!(sent, 6, a.idle().await).expect("idle");
+    assert!(due.is_some(), "the kept lock is not due yet");
+    measure!(sent, 7, a.close().await).expect("close");
+
+    // A one-shot instance (the CLI's): nothing kept between calls.
+    let (mut b, sent) = counted(&table, &[]).await;
+    b.get("run").await.expect("the first call");
+    measure!(sent, 8, b.update(&bookmark(3)).await).expect("update");
+    let ids = measure!(sent, 9, b.state_ids(None).await).expect("state_ids");
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    measure!(sent, 10, b.get_all(None).await).expect("get_all");
+    let many: Vec<State> = (0..3)
+        .map(|i| State::completed(format!("many{i}"), r#"{"singer_state":{}}"#))
+        .collect();
+    measure!(sent, 11, b.set_all(&many).await).expect("set_all");
+    let history = measure!(sent, 12, b.history("run", 10).await).expect("history");
+    assert_eq!(history.len(), 3, "three updates of the run");
+    let oldest = history.last().expect("a version").version;
+    measure!(sent, 13, b.get_at("run", Point::Version(oldest)).await).expect("get_at");
+    measure!(sent, 14, b.lock_info("run").await).expect("lock_info");
+    let lock = measure!(sent, 15, b.acquire_lock("run").await).expect("acquire_lock");
+    measure!(sent, 16, b.set_locked(&bookmark(4), &lock).await).expect("set_locked");
+    measure!(sent, 17, b.release(lock).await).expect("release");
+    measure!(sent, 18, b.delete("plain").await).expect("delete");
+    measure!(sent, 19, b.clear_all().await).expect("clear_all");
+    b.close().await.expect("close");
+    assert_eq!(
+        seen.len(),
+        BUDGETS.len(),
+        "an operation of BUDGETS was not run"
+    );
+    seen
+}
+
+#[tokio::test]
+async fn every_operation_sends_its_budget_of_requests_and_bytes() {
+    let seen = operations().await;
+    let mut table = String::from("| operation | requests (budget) | bytes (budget) |\n");
+    let mut broken = Vec::new();
+    for (budget, &(operation, requests, bytes)) in BUDGETS.iter().zip(&seen) {
+        table += &format!(
+            "| {operation} | {requests} ({}) | {bytes} ({}) |\n",
+            budget.requests, budget.bytes
+        );
+        if requests != budget.requests {
+            broken.push(format!(
+                "{operation}: {requests} requests, its budget is {}",
+                budget.requests
+            ));
+        }
+        let (low, high) = (
+            budget.bytes as f64 * (1.0 - BYTES_MARGIN),
+            budget.bytes as f64 * (1.0 + BYTES_MARGIN),
+        );
+        if (bytes as f64) < low || (bytes as f64) > high {
+            broken.push(format!(
+                "{operation}: {bytes} bytes, its budget is {} (within {:.0} %)",
+                budget.bytes,
+                BYTES_MARGIN * 100.0
+            ));
+        }
+    }
+    println!("{table}");
+    assert!(
+        broken.is_empty(),
+        "operations off their budgets (BUDGETS in this file):\n{}\n\n{table}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_component_is_within_its_size_goal() {
+    let path = default_component_path();
+    let size = std::fs::metadata(&path)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; build the guest first (`just guest`)",
+                path.display()
+            )
+        })
+        .len();
+    println!("{}: {size} bytes (goal {COMPONENT_BYTES})", path.display());
+    assert!(
+        size <= COMPONENT_BYTES,
+        "{} is {size} bytes, over its goal of {COMPONENT_BYTES} (docs/benchmarks.md)",
+        path.display()
+    );
+}
