@@ -125,6 +125,7 @@ test: guest
     {{just_executable()}} test-wheel
     # --workspace: the same dependency features as the test build above, so nothing rebuilds
     BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
+    {{just_executable()}} bench-ab
 
 # The Node host (hosts/node): the built component transpiled by jco into hosts/node/gen, its
 # own imports mapped to the host's glue and its outgoing HTTP to the host's egress policy
@@ -178,6 +179,11 @@ mutants *ARGS:
         --baseline skip --timeout 300 -o .local/mutants-settle \
         -- --lib --test check -- --test-threads=1 :: settle_mode
     @git rev-parse HEAD
+
+# Mutants of the SQL guard's clauses (each dropped, each comparison flipped), which cargo-mutants
+# cannot make, each against the guard's test on the engine; writes docs/mutants/sql-guard.txt
+mutants-sql: clickhouse-start
+    {{python}} tests/mutants/sql_guard.py --out docs/mutants/sql-guard.txt
 
 # Meltano tests: real Meltano drives the component (state commands, locks, `meltano run`), with
 # the workspace's debug host and component
@@ -305,6 +311,34 @@ bench-report: guest clickhouse-start
 # it, so it cannot rot; its numbers are not the report's)
 bench-quick: guest clickhouse-start
     BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
+
+# The baseline component the A/B compares this tree's with: built from the commit that
+# tests/benches/baseline.commit names, in a worktree of its own, as that commit built it (its
+# own optimizer); cached in .local/baseline. Prints its path
+baseline-component: setup
+    #!/usr/bin/env bash
+    set -euo pipefail
+    commit=$(git rev-parse "$(tr -d '[:space:]' < tests/benches/baseline.commit)^{commit}")
+    out="{{justfile_directory()}}/.local/baseline/$commit.wasm"
+    if [[ ! -f $out ]]; then
+        src=.local/baseline/src
+        git worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
+        git worktree prune
+        git worktree add --quiet --detach "$src" "$commit"
+        echo "baseline: building the component of $commit" >&2
+        (cd "$src" && CARGO_TARGET_DIR="{{justfile_directory()}}/.local/baseline/target"             cargo build --quiet -p clickhouse-state-guest --target wasm32-wasip2 --profile release-guest)
+        built=.local/baseline/target/wasm32-wasip2/release-guest/clickhouse_state.wasm
+        cp "$built" "$out.tmp"
+        {{python}} "$src/guest/optimize.py" "$out.tmp" >&2
+        mv "$out.tmp" "$out"
+        git worktree remove --force "$src"
+    fi
+    echo "$out"
+
+# The A/B: this tree's component against the baseline's, on one host and server, call by call
+# in turn; fails when an operation is more than 1.15x slower (CI runs it; writes target/bench/ab.md)
+bench-ab: guest clickhouse-start
+    BENCH_AB_BASELINE="$({{just_executable()}} baseline-component)"         cargo bench --profile dev --workspace --bench ab
 
 # One update through Meltano and the bridge vs the host library directly, and the update
 # stream against the original. Section 8 of the report

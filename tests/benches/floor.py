@@ -320,7 +320,24 @@ def write_section(path: Path, name: str, body: str) -> None:
     end = text.find(end_mark, start)
     if start < 0 or end < 0:
         sys.exit(f"{path} has no section {name}: run `just bench-report` first")
-    path.write_text(text[: start + len(start_mark)] + body.strip() + text[end:])
+    path.write_text(text[: start + len(start_mark)] + stamp() + "\n" + body.strip() + text[end:])
+
+
+def stamp() -> str:
+    """The section's first line, as ``tests/src/report.rs``'s ``stamp`` writes it: the commit
+    whose code it measured, and whether that code had uncommitted changes."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str | None:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD") or "unknown"
+    measured = ["guest", "host", "contract", "python", "hosts", "Cargo.lock"]
+    changes = git("status", "--porcelain", "--", *measured, ":(exclude,glob)**/tests/**")
+    dirty = changes is None or changes != ""
+    tail = ", with uncommitted changes to the measured code" if dirty else ""
+    return f"Measured at commit `{head}`{tail}."
 
 
 def raw_requests(port: int, n: int, *, record: bool) -> dict[str, list[float]]:

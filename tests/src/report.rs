@@ -17,23 +17,67 @@ pub const SECTIONS: &[(&str, &str)] = &[
 ];
 
 const TITLE: &str = "# Benchmark report\n\nOne report, written by seven benchmarks, each its own \
-    section (its first line says when, where and how it ran); `just bench` runs them all, one \
-    after the other. Every figure in the README and the docs is quoted from this file, and a \
-    test holds them to it.\n";
+    section: its first line names the commit whose code it measured, its second when, where and \
+    how it ran. `just bench` runs them all, one after the other. The figures the README and the \
+    docs quote from it are held to it by a test, which also fails when a page quotes a section \
+    whose measured code has changed since, unless the page says where it was measured.\n";
+
+/// The code a section measures: a change to it since a section's commit makes that section's
+/// figures a photograph of older code (`docs_figures` holds the pages to say so). Git pathspecs.
+pub const MEASURED_CODE: &[&str] = &[
+    "guest",
+    "host",
+    "contract",
+    "python",
+    "hosts",
+    "Cargo.lock",
+    ":(exclude,glob)**/tests/**",
+];
+
+/// The first line of every section: the commit whose code it measured, as `stamp` writes it.
+pub const STAMP: &str = "Measured at commit `";
+
+/// Where this run's measured code comes from: HEAD, and whether the measured code differs from
+/// it (uncommitted changes), as a section's first line.
+pub fn stamp() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let mut status = vec!["status", "--porcelain", "--"];
+    status.extend(MEASURED_CODE);
+    let dirty = git(&status).is_none_or(|changes| !changes.is_empty());
+    format!(
+        "{STAMP}{head}`{}.",
+        if dirty {
+            ", with uncommitted changes to the measured code"
+        } else {
+            ""
+        }
+    )
+}
 
 /// The committed report.
 pub fn committed() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results/report.md")
 }
 
-/// Writes `body` as section `name` of the report at `path`, keeping the other sections; a report
-/// that is missing or lacks sections gets them empty, in the order of [`SECTIONS`].
+/// Writes `body` as section `name` of the report at `path`, under the commit it measured
+/// ([`stamp`]), keeping the other sections; a report that is missing or lacks sections gets them
+/// empty, in the order of [`SECTIONS`].
 pub fn write_section(path: &Path, name: &str, body: &str) -> std::io::Result<()> {
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let mut text = String::from(TITLE);
     for (section, _) in SECTIONS {
         let content = if *section == name {
-            body.trim().to_string()
+            format!("{}\n{}", stamp(), body.trim())
         } else {
             between(&old, section).unwrap_or_default()
         };
@@ -71,9 +115,27 @@ mod tests {
         write_section(&path, "meltano", "## 8. three").expect("writes");
         let text = std::fs::read_to_string(&path).expect("reads");
         assert!(text.contains("## 8. three") && text.contains("## 10. two"));
+        assert!(
+            text.contains(&format!("<!-- section floor -->\n{STAMP}")),
+            "{text}"
+        );
         assert!(!text.contains("## 8. one"));
         assert!(text.find("## 8.") < text.find("## 10."));
         assert!(write_section(&path, "nonesuch", "x").is_err());
+        // The Python benchmark (bench-floor) stamps its section as `stamp` does.
+        let floor =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/floor.py"))
+                .expect("floor.py");
+        for path in MEASURED_CODE {
+            assert!(
+                floor.contains(&format!("\"{path}\"")),
+                "floor.py lacks {path}"
+            );
+        }
+        assert!(
+            floor.contains(&format!("{STAMP}{{head}}`")),
+            "floor.py's stamp"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

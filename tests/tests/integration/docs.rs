@@ -99,8 +99,9 @@ fn one_version_for_crates_wheel_cli_and_readme() {
         !pyproject.lines().any(|l| l.starts_with("version")),
         "the wheel states no version of its own"
     );
+    // `-V`: a test build's `--version` adds that it is one.
     let output = std::process::Command::new(integration_tests::state_backend_binary())
-        .arg("--version")
+        .arg("-V")
         .output()
         .expect("runs state-backend --version");
     let printed = String::from_utf8_lossy(&output.stdout);

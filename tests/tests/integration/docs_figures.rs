@@ -17,6 +17,8 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use integration_tests::report::{MEASURED_CODE, STAMP};
+
 /// The parts of pages where every measured figure comes from the results: a page, and the
 /// heading its part starts at (it ends at the next heading of that level), or the whole page.
 const MEASURED: &[(&str, Option<&str>)] = &[
@@ -26,17 +28,19 @@ const MEASURED: &[(&str, Option<&str>)] = &[
 
 /// Goals and settings, as the pages write them: not measurements, so they need no reference.
 const NOT_MEASURED: &[&str] = &[
-    "up to 8x",       // a waiter's pause grows up to 8x (lock::wait): a setting
-    "at most 1.2x",   // component / raw, per operation and at scale
-    "at least 0.8x",  // 16 writers on one id against one
-    "at most 450 KB", // the component's size
-    "at most 100 µs", // instantiate + open, p50 (docs/sandbox.md)
-    "within 1.5x",    // noisy neighbours: noisy / quiet, p99 per phase
-    "at least 100x",  // the update stream: the original's time per message / ours
-    "at most 25 ms",  // the CLI's own cost (docs/meltano.md, by hand)
-    "at most 2 MiB",  // an idle instance's memory (just bench-sandbox)
-    "within 3x",      // two writers of one id in turn against one (just bench-alternation)
-    "at most 1.1x",   // an id's last thousand runs against its first (just bench-year)
+    "up to 8x",        // a waiter's pause grows up to 8x (lock::wait): a setting
+    "at most 1.2x",    // component / raw, per operation and at scale
+    "at least 0.8x",   // 16 writers on one id against one
+    "at most 450 KB",  // the component's size
+    "at most 100 µs",  // instantiate + open, p50 (docs/sandbox.md)
+    "within 1.5x",     // noisy neighbours: noisy / quiet, p99 per phase
+    "at least 100x",   // the update stream: the original's time per message / ours
+    "at most 25 ms",   // the CLI's own cost (docs/meltano.md, by hand)
+    "at most 2 MiB",   // an idle instance's memory (just bench-sandbox)
+    "within 3x",       // two writers of one id in turn against one (just bench-alternation)
+    "at most 1.1x",    // an id's last thousand runs against its first (just bench-year)
+    "10 % either way", // the bytes an operation sends against its budget (budgets.rs)
+    "passes 1.15x",    // an operation against the baseline component's (just bench-ab)
 ];
 
 /// What makes a number a measurement: one of these words after it.
@@ -305,31 +309,39 @@ fn check_references(page: &str, text: &str) -> (usize, Vec<String>) {
     (checked, errors)
 }
 
-/// A page's quoted blocks, checked: each line must be a line of the results file.
+/// A page's quoted blocks, checked: each is one contiguous piece of the results file (no row
+/// spliced in, dropped or reordered), and a line it lacks is named with the closest one there.
 fn check_quotes(page: &str, text: &str) -> (usize, Vec<String>) {
     let comments = comments(text);
     let (mut checked, mut errors) = (0, Vec::new());
     for quote in quotes(text, &comments) {
         let results = results(quote.file);
-        for (i, line) in quote
-            .lines
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.is_empty())
-        {
-            checked += 1;
-            if !results.lines().any(|r| r == line) {
-                let theirs = results
-                    .lines()
-                    .max_by_key(|r| common_prefix(r, line))
-                    .unwrap_or("(an empty file)");
+        let theirs: Vec<&str> = results.lines().collect();
+        let block: Vec<&str> = quote.lines.trim_matches('\n').lines().collect();
+        checked += block.iter().filter(|l| !l.is_empty()).count();
+        let line = line_of(text, quote.range.start);
+        let mut missing = false;
+        for (i, ours) in block.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
+            if !theirs.contains(ours) {
+                missing = true;
+                let closest = theirs
+                    .iter()
+                    .max_by_key(|r| common_prefix(r, ours))
+                    .unwrap_or(&"(an empty file)");
                 errors.push(format!(
                     "{page}:{}: quotes a line that tests/benches/results/{} does not hold:\n    \
-                     {line}\n  the closest line there:\n    {theirs}",
-                    line_of(text, quote.range.start) + i,
+                     {ours}\n  the closest line there:\n    {closest}",
+                    line + 1 + i,
                     quote.file
                 ));
             }
+        }
+        if !missing && !block.is_empty() && !theirs.windows(block.len()).any(|w| w == block) {
+            errors.push(format!(
+                "{page}:{line}: the quote of tests/benches/results/{} is not one contiguous piece \
+                 of it (a row spliced in, dropped or moved)",
+                quote.file
+            ));
         }
     }
     (checked, errors)
@@ -447,4 +459,116 @@ fn every_goal_that_needs_no_reference_is_on_a_page() {
             "NOT_MEASURED lists `{goal}`, which no part of MEASURED writes: remove it"
         );
     }
+}
+
+/// The commit each section of a results file measured (its stamp), by where the section is.
+fn stamped_sections(results: &str) -> Vec<(Range<usize>, String)> {
+    let mut found = Vec::new();
+    for (start, _) in results.match_indices("<!-- section ") {
+        let end = results[start..]
+            .find("<!-- /section ")
+            .map_or(results.len(), |len| start + len);
+        let stamp = results[start..end]
+            .split_once(STAMP)
+            .and_then(|(_, rest)| rest.split_once('`'))
+            .map(|(commit, _)| commit.to_string())
+            .unwrap_or_else(|| panic!("a section with no `{STAMP}` line"));
+        found.push((start..end, stamp));
+    }
+    found
+}
+
+/// Whether the measured code differs between `commit` and the working tree.
+fn changed_since(commit: &str) -> bool {
+    let known = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root())
+        .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+        .status()
+        .expect("git");
+    assert!(
+        known.success(),
+        "a section of the report names commit {commit}, which this clone does not have"
+    );
+    let status = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root())
+        .args(["diff", "--quiet", commit, "--"])
+        .args(MEASURED_CODE)
+        .status()
+        .expect("git");
+    !status.success()
+}
+
+/// Whether the page says, in the figure's paragraph or above it under the same heading, that it
+/// was measured at `commit` (`measured at` and at least 7 digits of it).
+fn says_where(text: &str, at: usize, commit: &str) -> bool {
+    let heading = text[..at].rfind("\n#").map_or(0, |i| i + 1);
+    let paragraph_end = text[at..].find("\n\n").map_or(text.len(), |len| at + len);
+    let region = text[heading..paragraph_end].to_lowercase();
+    region.match_indices("measured at ").any(|(i, m)| {
+        let digits: String = region[i + m.len()..]
+            .chars()
+            .take_while(char::is_ascii_hexdigit)
+            .collect();
+        digits.len() >= 7 && commit.starts_with(&digits)
+    })
+}
+
+#[test]
+fn every_quote_of_a_section_whose_code_changed_since_says_where_it_was_measured() {
+    let mut changed = std::collections::HashMap::new();
+    let mut stale = |commit: &str| {
+        *changed
+            .entry(commit.to_string())
+            .or_insert_with(|| changed_since(commit))
+    };
+    let (mut checked, mut errors) = (0, Vec::new());
+    for (page, text) in pages() {
+        let comments = comments(&text);
+        // Each figure's reference or quote: where it is on the page, the file and a text of it.
+        let mut quoted: Vec<(usize, String, String)> = Vec::new();
+        for comment in &comments {
+            if let Some(Ok(reference)) = reference(comment.body) {
+                for (needle, _) in &reference.terms {
+                    quoted.push((
+                        comment.range.start,
+                        reference.file.into(),
+                        needle.to_string(),
+                    ));
+                }
+            }
+        }
+        for quote in quotes(&text, &comments) {
+            if let Some(line) = quote.lines.lines().find(|l| !l.trim().is_empty()) {
+                quoted.push((quote.range.start, quote.file.into(), line.to_string()));
+            }
+        }
+        for (at, file, needle) in quoted {
+            let results = results(&file);
+            let Some(found) = results.find(&needle) else {
+                continue; // the other tests name what is missing
+            };
+            let Some((_, commit)) = stamped_sections(&results)
+                .into_iter()
+                .find(|(range, _)| range.contains(&found))
+            else {
+                continue; // a file without sections
+            };
+            checked += 1;
+            if stale(&commit) && !says_where(&text, at, &commit) {
+                errors.push(format!(
+                    "{page}:{}: quotes a section of {file} measured at {commit}, whose measured \
+                     code has changed since: rerun its benchmark, or say \"measured at {}\" in \
+                     the figure's paragraph or above it under its heading",
+                    line_of(&text, at),
+                    &commit[..7]
+                ));
+            }
+        }
+    }
+    println!("{checked} quotes of stamped sections checked");
+    errors.dedup();
+    assert!(errors.is_empty(), "\n{}\n", errors.join("\n"));
+    assert!(checked > 0, "no page quotes a stamped section");
 }

@@ -1,0 +1,152 @@
+//! An A/B of the component (not a test, but CI runs it and it fails): the component built from
+//! this tree against the baseline, a component built from the commit that
+//! `tests/benches/baseline.commit` names, on the same host, the same ClickHouse and tables of the
+//! same shape, taking turns call by call (the order flips every call). An operation fails when
+//! its median ratio of paired calls (this tree's over the baseline's) passes [`BOUND`]; every
+//! ratio is printed, and written to target/bench/ab.md.
+//!
+//!   just bench-ab     (builds the baseline first: `just baseline-component`)
+//!
+//! `BENCH_AB_PAIRS` pairs per operation (default 40); `BENCH_AB_BASELINE` the baseline's path.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use integration_tests::state_host::{Backend, InstanceOptions, Runtime, State};
+use integration_tests::{TestTable, runtime_options};
+
+/// The most an operation may slow down against the baseline.
+const BOUND: f64 = 1.15;
+
+/// Each operation's call, as Meltano's runs make them (the lock kept between updates).
+const OPERATIONS: [&str; 5] = ["get", "set", "update", "state_ids", "get_all"];
+
+fn bookmark(i: usize) -> String {
+    format!(r#"{{"singer_state":{{"bookmarks":{{"orders":{{"id":{i}}}}}}}}}"#)
+}
+
+async fn call(backend: &mut Backend, op: &str, i: usize) {
+    match op {
+        "get" => drop(backend.get("ab").await.expect("get")),
+        "set" => backend
+            .set(&State::completed("ab", bookmark(i)))
+            .await
+            .expect("set"),
+        "update" => backend
+            .update(&State::partial("ab", bookmark(i)))
+            .await
+            .expect("update"),
+        "state_ids" => drop(backend.state_ids(None).await.expect("state_ids")),
+        _ => drop(backend.get_all(None).await.expect("get_all")),
+    }
+}
+
+/// One instance of `runtime` on a table of its own, with a few states, warmed up.
+async fn instance(runtime: &Runtime, label: &str) -> (Backend, std::sync::Arc<TestTable>) {
+    let table = TestTable::new(label);
+    let mut backend = runtime
+        .open_with(
+            &table.target.uri(),
+            table.with(&[("lock_linger_seconds", "60")]),
+            InstanceOptions::default(),
+        )
+        .await
+        .expect("opens");
+    for id in 0..20 {
+        let state = State::completed(format!("other{id}"), bookmark(id));
+        backend.set(&state).await.expect("seeds");
+    }
+    for op in OPERATIONS {
+        for i in 0..3 {
+            call(&mut backend, op, i).await;
+        }
+    }
+    (backend, table)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let head = integration_tests::state_host::default_component_path();
+    let baseline = std::env::var_os("BENCH_AB_BASELINE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!("BENCH_AB_BASELINE: the baseline component (`just bench-ab` builds it)")
+        });
+    let pairs: usize = std::env::var("BENCH_AB_PAIRS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(40);
+    let commit = std::fs::read_to_string(root.join("tests/benches/baseline.commit"))
+        .expect("tests/benches/baseline.commit");
+    let load = |path: &PathBuf| {
+        Runtime::load(path, runtime_options()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let (ours, theirs) = (load(&head), load(&baseline));
+    let (mut a, _a_table) = instance(&ours, "ab_head").await;
+    let (mut b, _b_table) = instance(&theirs, "ab_base").await;
+
+    let mut md = format!(
+        "A/B: this tree's component ({}) against the baseline's ({}, commit {}), {pairs} pairs \
+         per operation taking turns; ratio: the median of this tree's time over the baseline's, \
+         pair by pair. Bound: {BOUND}x.\n\n| operation | this tree p50 ms | baseline p50 ms | \
+         ratio |\n|---|---:|---:|---:|\n",
+        head.display(),
+        baseline.display(),
+        commit.trim()
+    );
+    let mut failed = Vec::new();
+    let mut n = 100;
+    for op in OPERATIONS {
+        let (mut mine, mut base, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for pair in 0..pairs {
+            n += 1;
+            let mut timed = |elapsed: f64, ours: bool| {
+                if ours {
+                    mine.push(elapsed)
+                } else {
+                    base.push(elapsed)
+                }
+            };
+            // The order flips every pair, so neither side always runs on a warmer server.
+            for ours_first in [pair % 2 == 0, pair % 2 == 1] {
+                let started = Instant::now();
+                if ours_first {
+                    call(&mut a, op, n).await;
+                } else {
+                    call(&mut b, op, n).await;
+                }
+                timed(started.elapsed().as_secs_f64() * 1000.0, ours_first);
+            }
+            ratios.push(mine[mine.len() - 1] / base[base.len() - 1]);
+        }
+        let ratio = median(ratios);
+        let _ = writeln!(
+            md,
+            "| {op} | {:.2} | {:.2} | {ratio:.2}x |",
+            median(mine),
+            median(base)
+        );
+        if ratio > BOUND {
+            failed.push(format!(
+                "{op}: {ratio:.2}x the baseline's time (bound {BOUND}x)"
+            ));
+        }
+    }
+    a.close().await.expect("closes");
+    b.close().await.expect("closes");
+    println!("{md}");
+    let out = root.join("target/bench");
+    std::fs::create_dir_all(&out).expect("target/bench");
+    std::fs::write(out.join("ab.md"), &md).expect("writes ab.md");
+    if !failed.is_empty() {
+        eprintln!("slower than the baseline:\n{}", failed.join("\n"));
+        std::process::exit(1);
+    }
+}
