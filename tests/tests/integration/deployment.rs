@@ -500,6 +500,16 @@ fn the_guard_in_sql_decides_as_the_guard_in_rust() {
         guard("stale", true, u64::MAX, B + 600),
         true,
     ));
+    // A generation nobody claimed: a renewal by "me" whose claim never landed. Unconfirmed,
+    // there is no claim of "me" to write under (the SQL guard's `> 0` on its own claims).
+    log("unclaimed", 1, "acquire", "before", 1_000);
+    log("unclaimed", 2, "renew", "me", 9_000);
+    state("unclaimed", B + 500);
+    cases.push((
+        "unclaimed",
+        guard("unclaimed", false, 1_000, B + 500),
+        false,
+    ));
     cases.push(("none stored", guard("none", false, 1_000, 0), true));
     cases.push((
         "none stored, expected one",
