@@ -1,7 +1,8 @@
 //! The connection URI: `scheme://[user[:password]@]host[:port][/database][?name=value&...]`.
 //!
 //! Split here by that grammar, which is a strict subset of what the WHATWG standard (the `url`
-//! crate) accepts under a non-special scheme; a property test holds every part to `url`'s own
+//! crate) accepts under a non-special scheme (where WHATWG would resolve a `.` or `..` path
+//! away, this refuses it); a property test holds every part to `url`'s own
 //! reading of the same text (guest/tests/properties.rs), and `url` stays that test's oracle rather
 //! than the component's parser, because its WHATWG machinery (special schemes, IDNA, relative
 //! and file URLs, none of which a connection URI may use) was a twelfth of the component.
@@ -79,6 +80,14 @@ pub fn parse(text: &str) -> Result<Uri, UriError> {
         Some((path, query)) => (path, Some(query)),
         None => (tail, None),
     };
+    // WHATWG resolves `.` and `..` (`%2e` too) away, to an empty path; here they are refused.
+    let dots = path
+        .trim_start_matches('/')
+        .to_ascii_lowercase()
+        .replace("%2e", ".");
+    if dots == "." || dots == ".." {
+        return Err(error("the path is '.' or '..', not a database name"));
+    }
     Ok(Uri {
         scheme: scheme.to_ascii_lowercase(),
         user: user.to_string(),
@@ -220,6 +229,10 @@ mod tests {
             "clickhouse://h{o}st/db",
             "clickhouse://hüst/db",
             "clickhouse://h%41st/db",
+            "clickhouse://h/.",
+            "clickhouse://h/..",
+            "clickhouse://h/%2E",
+            "clickhouse://h/.%2e",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -70,7 +70,10 @@ pub enum TransportError {
     /// the host words so (Node's WASI shim reports a reset as an HTTP protocol error). Tried
     /// again like a reset until it repeats [`GARBLED_TRIES`] times in a row, then given up.
     Garbled(String),
-    /// Connection refused, DNS failure, TLS failure, connection reset...
+    /// The request never left: the connection was refused, the name or address not found, or
+    /// the request refused before it was sent. It cannot have been done on the server.
+    Unsent(String),
+    /// A connection reset, or another failure after the request may have reached the server.
     Unreachable(String),
     /// No answer in time.
     Timeout(String),
@@ -96,6 +99,8 @@ pub struct Client<T> {
     password: Secret,
     /// Answers in a row that were not HTTP (see [`TransportError::Garbled`]).
     garbled: std::cell::Cell<u32>,
+    /// The last request may have reached the server (it was not refused before it left).
+    reached: std::cell::Cell<bool>,
 }
 
 impl<T: Transport> Client<T> {
@@ -109,7 +114,14 @@ impl<T: Transport> Client<T> {
             user: config.user.clone(),
             password: config.password.clone(),
             garbled: std::cell::Cell::new(0),
+            reached: std::cell::Cell::new(false),
         }
+    }
+
+    /// Whether the last request may have reached the server: false when it failed before it
+    /// left (refused by the policy, a refused connection, no such name, a TLS handshake).
+    pub fn may_have_reached(&self) -> bool {
+        self.reached.get()
     }
 
     /// Runs a query; returns the response body.
@@ -127,6 +139,12 @@ impl<T: Transport> Client<T> {
         let request = self.request(query, settings);
         let sent = self.transport.send(request);
         let garbled = matches!(sent, Err(TransportError::Garbled(_)));
+        self.reached.set(!matches!(
+            sent,
+            Err(TransportError::Unsent(_)
+                | TransportError::Denied(_)
+                | TransportError::Incompatible(_))
+        ));
         self.garbled
             .set(if garbled { self.garbled.get() + 1 } else { 0 });
         let response = sent.map_err(|e| self.transport_error(e))?;
@@ -185,7 +203,7 @@ impl<T: Transport> Client<T> {
             TransportError::Incompatible(m) => {
                 Error::Refused(self.redact(&format!("cannot reach {}: {m}", self.endpoint)))
             }
-            TransportError::Unreachable(m) => {
+            TransportError::Unsent(m) | TransportError::Unreachable(m) => {
                 Error::Unreachable(self.redact(&format!("cannot reach {}: {m}", self.endpoint)))
             }
             TransportError::Garbled(m) if self.garbled.get() < GARBLED_TRIES => {

@@ -220,9 +220,10 @@ impl<T: Transport, H: Platform> Session<T, H> {
         loop {
             let settings = self.consistency.get().settings(query.role);
             let answer = self.client.answer(query, &settings);
-            sends.sent = true;
+            sends.sent |= self.client.may_have_reached();
             if let Err(e) = &answer
                 && !over_on_the_server(e)
+                && self.client.may_have_reached()
             {
                 sends.in_doubt = true;
             }
@@ -366,10 +367,10 @@ impl<T: Transport, H: Platform> Session<T, H> {
 /// What became of a statement's sends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sends {
-    /// At least one was made (or tried: a refusal before it left counts, and is in doubt).
+    /// At least one may have reached the server (one refused before it left does not count).
     pub sent: bool,
-    /// One failed in a way that leaves it possibly still running on the server, or landing
-    /// later (see `over_on_the_server`).
+    /// One may have reached the server and failed in a way that leaves it possibly still
+    /// running there, or landing later (see `over_on_the_server`).
     pub in_doubt: bool,
 }
 

@@ -21,16 +21,16 @@ impl Transport for WasiHttp {
     fn send(&self, request: Request) -> Result<Response, TransportError> {
         let headers = Fields::new();
         for (name, value) in &request.headers {
-            headers.append(name, value).map_err(|e| {
-                TransportError::Unreachable(format!("header {name} refused: {e:?}"))
-            })?;
+            headers
+                .append(name, value)
+                .map_err(|e| TransportError::Unsent(format!("header {name} refused: {e:?}")))?;
         }
         let outgoing = OutgoingRequest::new(headers);
         let scheme = match request.scheme {
             Scheme::Http => WasiScheme::Http,
             Scheme::Https => WasiScheme::Https,
         };
-        let refused = |what: &str| TransportError::Unreachable(format!("invalid request {what}"));
+        let refused = |what: &str| TransportError::Unsent(format!("invalid request {what}"));
         outgoing
             .set_method(&Method::Post)
             .map_err(|()| refused("method"))?;
@@ -174,6 +174,10 @@ fn error_code(code: ErrorCode) -> TransportError {
         | ErrorCode::TlsCertificateError
         | ErrorCode::TlsAlertReceived(_) => TransportError::Incompatible(describe(&code)),
         ErrorCode::HttpProtocolError => TransportError::Garbled(describe(&code)),
+        ErrorCode::ConnectionRefused
+        | ErrorCode::DnsError(_)
+        | ErrorCode::DestinationNotFound
+        | ErrorCode::DestinationUnavailable => TransportError::Unsent(describe(&code)),
         other => TransportError::Unreachable(describe(&other)),
     }
 }

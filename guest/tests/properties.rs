@@ -255,7 +255,34 @@ proptest! {
     }
 }
 
-/// Edges the generator above does not reach: the parser and `url` both accept each, or both
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Credentials and a database written raw (not percent-encoded), with every character a
+    /// userinfo or a path may hold unencoded: read as `url` reads them, once decoded.
+    #[test]
+    fn raw_parts_read_as_the_url_crate_reads_them(
+        user in "[a-zA-Z0-9!$&'()*+,;=._~%-]{0,10}",
+        password in "[a-zA-Z0-9!$&'()*+,;=._~%:@-]{0,10}",
+        db in "[a-zA-Z0-9!$&'()*+,;=_~%@:-]{0,10}",
+    ) {
+        use percent_encoding::percent_decode_str;
+        let text = format!("clickhouse://{user}:{password}@h:9000/{db}");
+        let decoded = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        match (url::Url::parse(&text), clickhouse_state::uri::parse(&text)) {
+            (Ok(r), Ok(o)) => {
+                prop_assert_eq!(decoded(&o.user), decoded(r.username()));
+                prop_assert_eq!(o.password.as_deref().map(decoded), r.password().map(decoded));
+                prop_assert_eq!(o.host.as_deref(), r.host_str());
+                prop_assert_eq!(decoded(&o.path), decoded(r.path().trim_start_matches('/')));
+            }
+            (Err(_), Err(_)) => {}
+            (r, o) => return Err(TestCaseError::fail(format!("{text}: url {r:?}, ours {o:?}"))),
+        }
+    }
+}
+
+/// Edges the generator above does not reach:/// Edges the generator above does not reach: the parser and `url` both accept each, or both
 /// refuse it.
 #[test]
 fn the_uri_parser_refuses_what_the_url_crate_refuses() {

@@ -333,7 +333,7 @@ def stamp() -> str:
         return done.stdout.strip() if done.returncode == 0 else None
 
     head = git("rev-parse", "HEAD") or "unknown"
-    measured = ["guest", "host", "contract", "python", "hosts", "Cargo.lock"]
+    measured = ["guest", "host", "contract", "python", "hosts", "wit", "Cargo.toml", "Cargo.lock"]
     changes = git("status", "--porcelain", "--", *measured, ":(exclude,glob)**/tests/**")
     dirty = changes is None or changes != ""
     tail = ", with uncommitted changes to the measured code" if dirty else ""

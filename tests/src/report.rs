@@ -30,9 +30,15 @@ pub const MEASURED_CODE: &[&str] = &[
     "contract",
     "python",
     "hosts",
+    "wit",
+    "Cargo.toml",
     "Cargo.lock",
     ":(exclude,glob)**/tests/**",
 ];
+
+/// What a section's stamp adds when the code it measured was not a commit's: such a section
+/// is a photograph of code nobody can check out, so every quote of it must say where.
+pub const UNCOMMITTED: &str = ", with uncommitted changes to the measured code";
 
 /// The first line of every section: the commit whose code it measured, as `stamp` writes it.
 pub const STAMP: &str = "Measured at commit `";
@@ -54,14 +60,7 @@ pub fn stamp() -> String {
     let mut status = vec!["status", "--porcelain", "--"];
     status.extend(MEASURED_CODE);
     let dirty = git(&status).is_none_or(|changes| !changes.is_empty());
-    format!(
-        "{STAMP}{head}`{}.",
-        if dirty {
-            ", with uncommitted changes to the measured code"
-        } else {
-            ""
-        }
-    )
+    format!("{STAMP}{head}`{}.", if dirty { UNCOMMITTED } else { "" })
 }
 
 /// The committed report.

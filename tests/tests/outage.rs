@@ -665,12 +665,13 @@ mod outage {
         let settings = || {
             vec![
                 ("schema".to_string(), "outage_reached".to_string()),
-                ("retry_budget_seconds".to_string(), "3".to_string()),
+                ("retry_budget_seconds".to_string(), "6".to_string()),
             ]
         };
         let lose = Arc::new(LoseFirstWriteAnswer {
             armed: AtomicBool::new(false),
-            lost: AtomicBool::new(false),
+            lost_at: std::sync::Mutex::new(None),
+            resent: AtomicUsize::new(0),
         });
         let options = InstanceOptions {
             faults: Some(lose.clone() as Arc<dyn FaultPlan>),
@@ -707,17 +708,18 @@ mod outage {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert!(
-            lose.lost.load(Ordering::SeqCst),
-            "the write's answer was not held"
-        );
+        let lost_at = lose
+            .lost_at
+            .lock()
+            .expect("not poisoned")
+            .expect("the write's answer was held");
         server.kill();
-        let killed = started.elapsed();
-        let (_backend, outcome) = updating.await.expect("the update task");
         assert!(
-            killed < ANSWER_HELD,
-            "the kill came {killed:?} after the write, after its answer was let go"
+            lost_at.elapsed() < ANSWER_HELD,
+            "the kill came {:?} after the write was sent, after its answer was let go",
+            lost_at.elapsed()
         );
+        let (_backend, outcome) = updating.await.expect("the update task");
         match outcome {
             Err(Error::Unreachable(m)) => {
                 assert!(m.contains("may have been stored"), "{m}");
@@ -725,6 +727,12 @@ mod outage {
             }
             other => panic!("expected unreachable, got {other:?}"),
         }
+        // Sent again after the lost answer, to the dead server (within the budget): the doubt
+        // is the first send's, and outlives the refusals after it.
+        assert!(
+            lose.resent.load(Ordering::SeqCst) >= 1,
+            "no retry of the write"
+        );
 
         server.resume();
         let mut other = runtime()
@@ -743,23 +751,31 @@ mod outage {
         );
     }
 
-    /// How long the answer of the write the test kills the server after is held back.
-    const ANSWER_HELD: Duration = Duration::from_secs(8);
+    /// How long the answer of the write the test kills the server after is held back: less
+    /// than the retry budget, so the write is sent again, to the dead server.
+    const ANSWER_HELD: Duration = Duration::from_secs(2);
 
     /// Once armed, holds the answer to the first state write (done on the server) for
-    /// [`ANSWER_HELD`], then drops the connection without it.
+    /// [`ANSWER_HELD`], then drops the connection without it; counts the write's later sends.
     struct LoseFirstWriteAnswer {
         armed: AtomicBool,
-        lost: AtomicBool,
+        lost_at: std::sync::Mutex<Option<Instant>>,
+        resent: AtomicUsize,
     }
 
     impl FaultPlan for LoseFirstWriteAnswer {
         fn fault(&self, _: &http::Method, uri: &http::Uri) -> Option<Fault> {
             let state_write = insert_target(uri).is_some_and(|t| !t.contains("_lock"));
-            (state_write
-                && self.armed.load(Ordering::SeqCst)
-                && !self.lost.swap(true, Ordering::SeqCst))
-            .then_some(Fault::AnswerLost(ANSWER_HELD))
+            if !state_write || !self.armed.load(Ordering::SeqCst) {
+                return None;
+            }
+            let mut lost_at = self.lost_at.lock().expect("not poisoned");
+            if lost_at.is_some() {
+                self.resent.fetch_add(1, Ordering::SeqCst);
+                return None;
+            }
+            *lost_at = Some(Instant::now());
+            Some(Fault::AnswerLost(ANSWER_HELD))
         }
     }
 

@@ -17,7 +17,7 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use integration_tests::report::{MEASURED_CODE, STAMP};
+use integration_tests::report::{MEASURED_CODE, STAMP, UNCOMMITTED};
 
 /// The parts of pages where every measured figure comes from the results: a page, and the
 /// heading its part starts at (it ends at the next heading of that level), or the whole page.
@@ -461,19 +461,24 @@ fn every_goal_that_needs_no_reference_is_on_a_page() {
     }
 }
 
-/// The commit each section of a results file measured (its stamp), by where the section is.
-fn stamped_sections(results: &str) -> Vec<(Range<usize>, String)> {
+/// The commit each section of a results file measured (its stamp), by where the section is, and
+/// whether that code had uncommitted changes.
+fn stamped_sections(results: &str) -> Vec<(Range<usize>, String, bool)> {
     let mut found = Vec::new();
     for (start, _) in results.match_indices("<!-- section ") {
         let end = results[start..]
             .find("<!-- /section ")
             .map_or(results.len(), |len| start + len);
-        let stamp = results[start..end]
+        let (commit, rest) = results[start..end]
             .split_once(STAMP)
             .and_then(|(_, rest)| rest.split_once('`'))
-            .map(|(commit, _)| commit.to_string())
             .unwrap_or_else(|| panic!("a section with no `{STAMP}` line"));
-        found.push((start..end, stamp));
+        let line = rest.lines().next().unwrap_or_default();
+        found.push((
+            start..end,
+            commit.to_string(),
+            line.starts_with(UNCOMMITTED),
+        ));
     }
     found
 }
@@ -539,24 +544,24 @@ fn every_quote_of_a_section_whose_code_changed_since_says_where_it_was_measured(
                 }
             }
         }
+        // A quoted block is found whole (a header repeated in another section cannot stand in).
         for quote in quotes(&text, &comments) {
-            if let Some(line) = quote.lines.lines().find(|l| !l.trim().is_empty()) {
-                quoted.push((quote.range.start, quote.file.into(), line.to_string()));
-            }
+            let block = quote.lines.trim_matches('\n');
+            quoted.push((quote.range.start, quote.file.into(), block.to_string()));
         }
         for (at, file, needle) in quoted {
             let results = results(&file);
             let Some(found) = results.find(&needle) else {
                 continue; // the other tests name what is missing
             };
-            let Some((_, commit)) = stamped_sections(&results)
+            let Some((_, commit, uncommitted)) = stamped_sections(&results)
                 .into_iter()
-                .find(|(range, _)| range.contains(&found))
+                .find(|(range, _, _)| range.contains(&found))
             else {
                 continue; // a file without sections
             };
             checked += 1;
-            if stale(&commit) && !says_where(&text, at, &commit) {
+            if (uncommitted || stale(&commit)) && !says_where(&text, at, &commit) {
                 errors.push(format!(
                     "{page}:{}: quotes a section of {file} measured at {commit}, whose measured \
                      code has changed since: rerun its benchmark, or say \"measured at {}\" in \

@@ -116,11 +116,15 @@ async fn a_spinning_guest_is_held_to_its_cpu_share() {
         .expect("loads");
         async move {
             let mut evil = open(&runtime, None).await;
+            let started = Instant::now();
             match evil.get("loop").await {
                 Err(Error::Timeout(m)) => assert!(m.contains("CPU budget"), "{m}"),
                 other => panic!("expected a timeout, got {other:?}"),
             }
-            evil.held_back()
+            let held = evil.held_back();
+            // The pauses were taken, not only counted: a lower bound a loaded machine keeps.
+            assert!(started.elapsed() >= held.stood_aside, "{held:?}");
+            held
         }
     };
     let share = CpuShare {
