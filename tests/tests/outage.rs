@@ -623,16 +623,7 @@ mod outage {
             "gave up after {tried:?} under a budget of 3 s"
         );
 
-        server.resume();
-        let mut other = runtime()
-            .open(&server.uri(), settings())
-            .await
-            .expect("opens");
-        let state = other
-            .get("long")
-            .await
-            .expect("reads after the restart")
-            .expect("the state is kept");
+        let (mut other, state) = read_after_restart(&mut server, settings(), "long").await;
         assert_eq!(
             json(&state.partial),
             json(before),
@@ -734,21 +725,31 @@ mod outage {
             "no retry of the write"
         );
 
-        server.resume();
-        let mut other = runtime()
-            .open(&server.uri(), settings())
-            .await
-            .expect("opens");
-        let state = other
-            .get("reached")
-            .await
-            .expect("reads after the restart")
-            .expect("the state is kept");
+        let (_other, state) = read_after_restart(&mut server, settings(), "reached").await;
         assert_eq!(
             json(&state.partial),
             json(r#"{"singer_state":{"k":1,"down":2}}"#),
             "the write the call could not confirm is stored"
         );
+    }
+
+    /// Brings `server` back, and reads `id`'s state through another instance (kept for more).
+    async fn read_after_restart(
+        server: &mut LocalServer,
+        settings: Vec<(String, String)>,
+        id: &str,
+    ) -> (Backend, State) {
+        server.resume();
+        let mut other = runtime()
+            .open(&server.uri(), settings)
+            .await
+            .expect("opens");
+        let state = other
+            .get(id)
+            .await
+            .expect("reads after the restart")
+            .expect("the state is kept");
+        (other, state)
     }
 
     /// How long the answer of the write the test kills the server after is held back: less
