@@ -164,10 +164,11 @@ model-wide:
 # fenced update machine, the log's folds and the guard's rule in Rust (fenced.rs), the set's, the
 # deployment's settings and the guard's SQL builders against the
 # guest's unit tests and the model's main checks; then settle mode's machine against its own
-# checks. Reports in .local/mutants*/mutants.out (docs/lock.md quotes them); `just mutants
+# checks. Outcomes in .local/mutants*/mutants.out, written to docs/mutants/ (docs/lock.md
+# quotes them) whatever they are; fails if a mutant was missed or timed out. `just mutants
 # --iterate` tests only what was not caught before
 mutants *ARGS:
-    cargo mutants {{ARGS}} -p clickhouse-state-guest \
+    -cargo mutants {{ARGS}} -p clickhouse-state-guest \
         --file guest/src/lock/update.rs --file guest/src/lock/fenced.rs --file guest/src/set.rs \
         --file guest/src/deployment.rs --file guest/src/sql/state.rs --file guest/src/sql/guard.rs \
         --re 'update\.rs|fenced\.rs|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
@@ -176,12 +177,36 @@ mutants *ARGS:
         -- --lib --test check -- --test-threads=1 \
         :: fenced_with_two_clients fenced_with_an_insert_given_up fenced_with_kept_grants \
         fenced_on_a_replicated_cluster without_quorum fenced_with_two_unlocked_setters
-    cargo mutants {{ARGS}} -p clickhouse-state-guest --file guest/src/lock/settle.rs \
+    -cargo mutants {{ARGS}} -p clickhouse-state-guest --file guest/src/lock/settle.rs \
         --re 'settle\.rs.*(Try::|winner|established|cutoff_s)' \
         --test-package clickhouse-state-guest --test-package lock-model \
         --baseline skip --timeout 300 -o .local/mutants-settle \
         -- --lib --test check -- --test-threads=1 :: settle_mode
-    @git rev-parse HEAD
+    {{just_executable()}} mutants-report
+
+# The outcome lists of the last `just mutants` into docs/mutants/<commit>.txt and
+# <commit>-settle.txt (a test holds docs/lock.md to them)
+mutants-report:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    commit=$(git rev-parse --short=7 HEAD)
+    if ! git diff --quiet HEAD -- guest/src model; then
+        echo "guest/src or model/ has uncommitted changes: the report would not be of $commit" >&2
+        exit 1
+    fi
+    for run in "mutants:$commit" "mutants-settle:$commit-settle"; do
+        out="docs/mutants/${run#*:}.txt"
+        for kind in caught missed timeout unviable; do
+            echo "## $kind"
+            cat ".local/${run%%:*}/mutants.out/$kind.txt"
+            echo
+        done > "$out"
+        echo "$out"
+    done
+    if grep -q . .local/mutants/mutants.out/missed.txt .local/mutants-settle/mutants.out/missed.txt \
+        .local/mutants/mutants.out/timeout.txt .local/mutants-settle/mutants.out/timeout.txt; then
+        echo "mutants missed or timed out: see the report" >&2; exit 2
+    fi
 
 # Mutants of the SQL guard's clauses (each dropped, each comparison flipped), which cargo-mutants
 # cannot make, each against the guard's test on the engine; writes docs/mutants/sql-guard.txt

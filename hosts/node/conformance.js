@@ -103,6 +103,30 @@ async function step(stores, locks, listed, s) {
 /** How the case's table differs from its `rows`, read with SQL of this runner's own rather than
  * through the host: the newest row of each id (`FINAL`), but for a delete's tombstone (both parts
  * NULL), sorted by id. A table never created holds none. */
+/** The case's tables that exist, from `system.tables`, as an error; null when there are none. */
+async function tablesCreated({ schema, table }) {
+  const body = await rawQuery(
+    `SELECT name FROM system.tables WHERE database = '${schema}' AND startsWith(name, '${table}') ORDER BY name`,
+  );
+  if (body.error) return `system.tables: ${body.error}`;
+  const names = body.text.split("\n").filter(Boolean);
+  return names.length ? `a failed open created ${names.join(", ")}` : null;
+}
+
+/** Runs SQL on the ClickHouse under test over plain HTTP: its text, or the error. */
+async function rawQuery(sql) {
+  const response = await fetch(`${url.protocol}//${url.host}/`, {
+    method: "POST",
+    headers: {
+      "X-ClickHouse-User": decodeURIComponent(url.username) || "default",
+      "X-ClickHouse-Key": decodeURIComponent(url.password),
+    },
+    body: sql,
+  });
+  const text = await response.text();
+  return response.ok ? { text } : { error: `HTTP ${response.status}: ${text}` };
+}
+
 async function rowsDiffer(c, { schema, table }) {
   if (!("rows" in c)) return "the case has no `rows`";
   const sql = `SELECT state_id, ifNull(partial_state, '') AS partial, ifNull(completed_state, '') AS completed
@@ -140,7 +164,10 @@ async function runCase(c, n) {
         if (c.open_error) return `opened, expected ${c.open_error}`;
       } catch (e) {
         // Bad input changes nothing: the rows are checked all the same.
-        if (c.open_error && e instanceof BackendError && e.kind === c.open_error) return await rowsDiffer(c, settings);
+        if (c.open_error && e instanceof BackendError && e.kind === c.open_error) {
+          // Bad input changes nothing: not even the schema is created.
+          return (await tablesCreated(settings)) ?? (await rowsDiffer(c, settings));
+        }
         throw e;
       }
     }

@@ -146,6 +146,142 @@ async fn raw_inserts(rounds: usize) -> Vec<(&'static str, Samples)> {
         .collect()
 }
 
+/// What a `set` costs with the history on, against the original's: the statement each design
+/// would send, as raw SQL with its values inline and none of the guest's settings (the same
+/// transport and settings for all, so the differences are the statements'), one of each per
+/// round in an order that turns each round. The original's plain insert into the state table;
+/// ours with the history off and on, the guest's statement's shape (the version guard reads the
+/// id's newest version, the token deduplicates a retry); and the designs that would give
+/// something up to come nearer the original: no version guard, no deduplication, and the
+/// history alone with no view (the original's table then holds nothing). Every guarded insert
+/// must land (each round's version is the clock's, later than the last): checked at the end.
+/// Returns each design's label and samples, the original's first.
+async fn set_designs(rounds: usize) -> Vec<(&'static str, Samples)> {
+    let original = TestTable::new("bench_set_orig");
+    let off = TestTable::new("bench_set_off");
+    let on = TestTable::new("bench_set_on");
+    let unguarded = TestTable::new("bench_set_unguarded");
+    let undeduplicated = TestTable::new("bench_set_nodedup");
+    let alone = TestTable::new("bench_set_alone");
+    for (table, settings) in [
+        (&original, vec![("history", "false")]),
+        (&off, vec![("history", "false")]),
+        (&on, vec![]),
+        (&unguarded, vec![]),
+        (&undeduplicated, vec![]),
+        (&alone, vec![]),
+    ] {
+        let mut b = table.open_with(&settings).await;
+        b.set(&State::completed("other", "{}"))
+            .await
+            .expect("schema");
+        b.close().await.expect("close");
+    }
+    // No deduplication window: the history table as a single server makes it, without one.
+    let history = |t: &TestTable| format!("{SCHEMA}.{}_history", t.name);
+    undeduplicated.target.must(&format!(
+        "ALTER TABLE {} RESET SETTING non_replicated_deduplication_window",
+        history(&undeduplicated)
+    ));
+    // The history alone: no view into the state table.
+    alone.target.must(&format!(
+        "DROP VIEW {SCHEMA}.{}_history_to_state",
+        alone.name
+    ));
+    let state = |t: &TestTable| format!("{SCHEMA}.{}", t.name);
+    let origin = ", op, writer, lock_owner, token, seq, slot";
+    let mut samples: Vec<Samples> = vec![Samples::default(); 6];
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis()
+    };
+    let mut last_version = 0;
+    for round in 0..rounds {
+        let partial =
+            format!(r#"{{"singer_state":{{"bookmarks":{{"orders":{{"id":{round}}}}}}}}}"#);
+        let values = format!("'{partial}', '{{}}'");
+        let version = now_ms();
+        last_version = version;
+        let at = format!("fromUnixTimestamp64Milli(toInt64({version}))");
+        let settings = format!("SETTINGS insert_deduplication_token = 's{round}'");
+        let fanned = format!("{settings}, deduplicate_blocks_in_dependent_materialized_views = 1");
+        let who = format!(", 'set', 'bench', '', 1, 0, {version}");
+        let guarded = |into: String, origin: &str, who: &str, read: String, settings: &str| {
+            format!(
+                "INSERT INTO {into} (state_id, partial_state, completed_state, updated_at{origin}) \
+                 {settings} SELECT 'id', {values}, {at}{who} FROM {read} WHERE state_id = 'id' \
+                 HAVING max(updated_at) < {at}"
+            )
+        };
+        let statements = [
+            format!(
+                "INSERT INTO {} (state_id, partial_state, completed_state) SELECT 'id', {values}",
+                state(&original)
+            ),
+            guarded(state(&off), "", "", state(&off), &settings),
+            guarded(history(&on), origin, &who, state(&on), &fanned),
+            format!(
+                "INSERT INTO {} (state_id, partial_state, completed_state, updated_at{origin}) \
+                 {fanned} SELECT 'id', {values}, {at}{who}",
+                history(&unguarded)
+            ),
+            guarded(
+                history(&undeduplicated),
+                origin,
+                &who,
+                state(&undeduplicated),
+                "",
+            ),
+            guarded(history(&alone), origin, &who, history(&alone), &settings),
+        ];
+        let turn = round % statements.len();
+        for i in (turn..statements.len()).chain(0..turn) {
+            let started = Instant::now();
+            original.target.must(&statements[i]);
+            samples[i].push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    // Every write landed: the history keeps each version (its slot), the state table the newest.
+    for t in [&on, &unguarded, &undeduplicated, &alone] {
+        let count = t.target.must(&format!(
+            "SELECT count() FROM {} FINAL WHERE state_id = 'id'",
+            history(t)
+        ));
+        assert_eq!(
+            count.trim(),
+            rounds.to_string(),
+            "{}: a write did not land",
+            t.name
+        );
+    }
+    // The state table's newest version is the last round's: its guarded write landed.
+    for t in [&off, &on] {
+        let newest = t.target.must(&format!(
+            "SELECT toUnixTimestamp64Milli(max(updated_at)) FROM {} WHERE state_id = 'id'",
+            state(t)
+        ));
+        assert_eq!(
+            newest.trim(),
+            last_version.to_string(),
+            "{}: the last write did not land",
+            t.name
+        );
+    }
+    [
+        "the original's (a plain insert into the state table)",
+        "ours, history off (the version guard, into the state table)",
+        "ours, history on (the guard, into the history and its view)",
+        "history on, no version guard",
+        "history on, no deduplication of a retry",
+        "the history alone (the guard reads it; no view, no state table)",
+    ]
+    .into_iter()
+    .zip(samples)
+    .collect()
+}
+
 fn row(label: &str, s: &Samples) -> String {
     format!(
         "| {label} | {:.2} ms | {:.2} ms | {:.2} ms |",
@@ -202,6 +338,12 @@ fn main() {
         let raw = raw_inserts(updates).await;
         for (label, s) in &raw {
             println!("raw insert into {label}: p50 {:.2} ms", s.p50());
+        }
+
+        let sets = set_designs(updates).await;
+        let original_p50 = sets[0].1.p50();
+        for (label, s) in &sets {
+            println!("set, {label}: p50 {:.2} ms, {:.2}x the original's", s.p50(), s.p50() / original_p50);
         }
 
         let big = TestTable::new("bench_hist_big");
@@ -267,6 +409,11 @@ fn main() {
              Where it goes: {updates} one-row inserts each as raw SQL (a new connection each), \
              taking turns, into:\n\n\
              | target | p50 | p95 | slowest |\n|---|---:|---:|---:|\n{}\n\n\
+             ### A `set`, against the original's\n\n\
+             The statement each design sends for one `set`, {updates} of each as raw SQL (a new \
+             connection each, the same for all), taking turns, each design on tables of its own \
+             (the last three each give something up):\n\n\
+             | statement | p50 | p95 | slowest | p50 / the original's |\n|---|---:|---:|---:|---:|\n{}\n\n\
              ### Reading an id with {VERSIONS} versions\n\n\
              {READS} reads each, through the library, on the local ClickHouse (goal: under \
              100 ms).\n\n| read | p50 | p95 | slowest |\n|---|---:|---:|---:|\n",
@@ -277,6 +424,10 @@ fn main() {
             row("off", without),
             raw.iter()
                 .map(|(label, s)| row(label, s))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            sets.iter()
+                .map(|(label, s)| format!("{} {:.2}x |", row(label, s), s.p50() / original_p50))
                 .collect::<Vec<_>>()
                 .join("\n"),
         );

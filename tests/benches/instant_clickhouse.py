@@ -25,6 +25,7 @@ import json
 import re
 import sys
 import threading
+import time
 import zlib
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,6 +98,9 @@ class Store:
         self.missed: Counter[str] = Counter()
         # recorded UUID -> live UUID, learnt from requests (see the module comment)
         self.swap: dict[bytes, bytes] = {}
+        # Seconds spent answering, from a request's headers to its answer: what a call's time
+        # against this server includes that is the server's, not the client's.
+        self.served = 0.0
         self.lock = threading.Lock()
         self.log = open(log_path, "a") if log_path else None  # noqa: SIM115 (lives with the server)
 
@@ -158,6 +162,11 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 (the base class's signature)
         pass
 
+    def parse_request(self) -> bool:
+        # The request line is in; its headers are parsed next. Time from here is the server's.
+        self.started = time.perf_counter()
+        return super().parse_request()
+
     def do_GET(self):
         self._handle()
 
@@ -199,6 +208,9 @@ class Handler(BaseHTTPRequestHandler):
         for name, value in answer.headers:
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(out)))
+        # Counted before the answer goes out, so a client that reads the count next finds it.
+        with store.lock:
+            store.served += time.perf_counter() - self.started
         self.end_headers()
         self.wfile.write(out)
 
@@ -242,6 +254,7 @@ class Handler(BaseHTTPRequestHandler):
             answer = {
                 "mode": "replay" if store.replay else "record",
                 "entries": len(store.answers),
+                "served_ms": store.served * 1000,
                 **store.counts,
                 "missed": dict(store.missed.most_common(20)),
             }

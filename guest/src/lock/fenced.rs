@@ -48,14 +48,21 @@ pub(crate) fn prune_if_due<T: Transport, H: Platform>(
     state_id: &str,
     generation: u64,
 ) {
-    if generation < PRUNE_EVERY || !generation.is_multiple_of(PRUNE_EVERY) {
+    let Some(below) = prune_below(generation) else {
         return;
-    }
-    if let Err(e) = session.run(&session.sql.log_prune(state_id, generation - PRUNE_KEEP)) {
+    };
+    if let Err(e) = session.run(&session.sql.log_prune(state_id, below)) {
         session
             .host
             .log(Level::Warn, &format!("pruning the lock log failed: {e}"));
     }
+}
+
+/// The generation below which a claim on `generation` prunes the log, if it is a claim that
+/// prunes: once in [`PRUNE_EVERY`], keeping the [`PRUNE_KEEP`] generations before it.
+pub fn prune_below(generation: u64) -> Option<u64> {
+    (generation >= PRUNE_EVERY && generation.is_multiple_of(PRUNE_EVERY))
+        .then(|| generation - PRUNE_KEEP)
 }
 
 // The decisions below are pure, so that the model checker (`model/`) runs these very functions.
@@ -789,6 +796,58 @@ mod tests {
             0,
             "wants alone: never locked"
         );
+    }
+
+    /// A claim on a generation whose predecessor was free only because its lease had ended
+    /// gives way when a renewal of that predecessor landed since (its holder may have gone on
+    /// writing); a released or forced predecessor, or a renewal that did not reach past the
+    /// lease read, does not stop it.
+    #[test]
+    fn a_claim_gives_way_to_a_renewal_of_the_generation_it_replaced() {
+        let claim = |owner: &str, previous_until| Claim {
+            owner: owner.into(),
+            at_ms: 0,
+            until_ms: 0,
+            newest: 4,
+            previous_until,
+            stored: vec![],
+        };
+        let expired = newest(false, false, 1_000, 0, 0);
+        let decide = |current: &NewestGeneration, previous_until| {
+            decide_claim(current, &[claim("me", previous_until)], "me", 4)
+        };
+        assert_eq!(decide(&expired, 1_500), ClaimOutcome::GivesWay);
+        assert_eq!(decide(&expired, 1_000), ClaimOutcome::Mine);
+        assert_eq!(
+            decide(&newest(true, false, 1_000, 0, 0), 1_500),
+            ClaimOutcome::Mine
+        );
+        assert_eq!(
+            decide(&newest(false, true, 1_000, 0, 0), 1_500),
+            ClaimOutcome::Mine
+        );
+        assert_eq!(
+            decide_claim(
+                &expired,
+                &[claim("me", 1_000), claim("rival", 1_000)],
+                "me",
+                4
+            ),
+            ClaimOutcome::Lost
+        );
+    }
+
+    #[test]
+    fn a_claim_prunes_once_in_prune_every_and_keeps_prune_keep_generations() {
+        for generation in [0, 1, PRUNE_EVERY - 1, PRUNE_EVERY + 1, 2 * PRUNE_EVERY - 1] {
+            assert_eq!(prune_below(generation), None, "generation {generation}");
+        }
+        for n in [1, 2, 1000] {
+            let generation = n * PRUNE_EVERY;
+            assert_eq!(prune_below(generation), Some(generation - PRUNE_KEEP));
+        }
+        let pruning = (0..10 * PRUNE_EVERY).filter(|&g| prune_below(g).is_some());
+        assert_eq!(pruning.count(), 9);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use integration_tests::state_host::{Backend, Error, HistoryEntry, Lock, LockInfo, Point, State};
-use integration_tests::{TestTable, runtime};
+use integration_tests::{SCHEMA, TestTable, runtime};
 use serde_json::{Value, json};
 
 fn cases() -> Vec<Value> {
@@ -208,8 +208,11 @@ async fn run_case(case: &Value) -> Option<String> {
         ) {
             (Ok(store), None) => drop(stores.insert(name, store)),
             (Ok(_), Some(kind)) => return Some(format!("opened, expected {kind}")),
-            // Bad input changes nothing: the rows are checked below all the same.
-            (Err(e), Some(kind)) if e.kind() == kind => return stored_rows_differ(case, &table),
+            // Bad input changes nothing: not even the schema is created (so the rows, checked
+            // all the same, are none because there is no table).
+            (Err(e), Some(kind)) if e.kind() == kind => {
+                return tables_created(&table).or_else(|| stored_rows_differ(case, &table));
+            }
             (Err(e), _) => return Some(format!("open: {e}")),
         }
     }
@@ -267,6 +270,23 @@ async fn run_case(case: &Value) -> Option<String> {
         let _ = store.close().await;
     }
     stored_rows_differ(case, &table)
+}
+
+/// The case's tables that exist, read from `system.tables`, as an error; None when there are none.
+fn tables_created(table: &TestTable) -> Option<String> {
+    let sql = format!(
+        "SELECT name FROM system.tables WHERE database = '{SCHEMA}' AND startsWith(name, '{}') \
+         ORDER BY name",
+        table.name
+    );
+    match table.target.query(&sql) {
+        Ok(names) if names.trim().is_empty() => None,
+        Ok(names) => Some(format!(
+            "a failed open created {}",
+            names.split_whitespace().collect::<Vec<_>>().join(", ")
+        )),
+        Err((status, body)) => Some(format!("system.tables: HTTP {status}: {body}")),
+    }
 }
 
 /// How the case's table differs from its `rows`, read with SQL of this test's own rather than

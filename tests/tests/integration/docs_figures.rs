@@ -11,40 +11,42 @@
 //! - A block between `<!-- quote report.md -->` and `<!-- end quote -->`, each of whose lines is
 //!   a line of that results file (the tables, copied).
 //!
-//! Where the pages quote measurements (`MEASURED`), a number with a unit of measure (`UNITS`)
-//! that is neither is an error, unless it is a goal or a setting written as in `NOT_MEASURED`.
+//! On every page, a number with a unit of measure (`UNITS`) that is neither is an error, unless
+//! it is a goal written as in `NOT_MEASURED`, or a mark in its block names it:
+//! - `<!-- by hand 2026-12-01, COMMAND: 2.6 s, 8.4 s -->`: measured by hand, on that date, by
+//!   that command (a photograph: the page says so, and when);
+//! - `<!-- not measured, WHY: 60 s, 0.2 s -->`: a setting, a limit or a test's parameter.
+//!
+//! A mark names figures as the page writes them, and each must be in its block (the paragraph,
+//! list or table it ends, up to a blank line; a fenced block is one), so a mark cannot outlive
+//! its figure nor excuse one elsewhere.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use integration_tests::report::{MEASURED_CODE, STAMP, UNCOMMITTED};
 
-/// The parts of pages where every measured figure comes from the results: a page, and the
-/// heading its part starts at (it ends at the next heading of that level), or the whole page.
-const MEASURED: &[(&str, Option<&str>)] = &[
-    ("README.md", Some("## Speed")),
-    ("docs/benchmarks.md", None),
-];
-
-/// Goals and settings, as the pages write them: not measurements, so they need no reference.
+/// Goals, as the pages write them: not measurements, so they need no reference.
 const NOT_MEASURED: &[&str] = &[
-    "up to 8x",        // a waiter's pause grows up to 8x (lock::wait): a setting
-    "at most 1.2x",    // component / raw, per operation and at scale
-    "at least 0.8x",   // 16 writers on one id against one
-    "at most 450 KB",  // the component's size
-    "at most 100 µs",  // instantiate + open, p50 (docs/sandbox.md)
-    "within 1.5x",     // noisy neighbours: noisy / quiet, p99 per phase
-    "at least 100x",   // the update stream: the original's time per message / ours
-    "at most 25 ms",   // the CLI's own cost (docs/meltano.md, by hand)
-    "at most 2 MiB",   // an idle instance's memory (just bench-sandbox)
-    "within 3x",       // two writers of one id in turn against one (just bench-alternation)
-    "at most 1.1x",    // an id's last thousand runs against its first (just bench-year)
-    "10 % either way", // the bytes an operation sends against its budget (budgets.rs)
-    "passes 1.15x",    // an operation against the baseline component's (just bench-ab)
+    "up to 8x",           // a waiter's pause grows up to 8x (lock::wait): a setting
+    "at most 1.2x",       // component / raw, per operation and at scale
+    "at least 0.8x",      // 16 writers on one id against one
+    "at most 450 KB",     // the component's size
+    "at most 100 µs",     // instantiate + open, p50 (docs/sandbox.md)
+    "within 1.5x",        // noisy neighbours: noisy / quiet, p99 per phase
+    "at least 100x",      // the update stream: the original's time per message / ours
+    "at most 25 ms",      // the CLI's own cost (docs/meltano.md, by hand)
+    "at most 2 MiB",      // an idle instance's memory (just bench-sandbox)
+    "within 3x",          // two writers of one id in turn against one (just bench-alternation)
+    "at most 1.1x",       // an id's last thousand runs against its first (just bench-year)
+    "within 1.10x",       // the update stream, history on against off (just bench-history)
+    "no more than 1.15x", // ours against the original, per Meltano call (not held by CI)
+    "10 % either way",    // the bytes an operation sends against its budget (budgets.rs)
+    "passes 1.15x",       // an operation against the baseline component's (just bench-ab)
 ];
 
 /// What makes a number a measurement: one of these words after it.
-const UNITS: &str = "ms µs s x KB MB KiB MiB GiB % updates/s";
+const UNITS: &str = "ms µs s min h x KB MB KiB MiB GiB % updates/s";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -108,7 +110,16 @@ fn numbers(text: &str) -> Vec<Number<'_>> {
             .next_back()
             .is_some_and(|c| c.is_alphanumeric() || c == '_');
         if !in_a_word {
-            let (unit, end) = unit_after(text, at);
+            let (mut unit, end) = unit_after(text, at);
+            // The low end of a range, `45–49 ms`, has the high end's unit.
+            if let Some(high) = text[at..].strip_prefix('–') {
+                let len = high
+                    .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                    .unwrap_or(high.len());
+                if unit.is_empty() && len > 0 {
+                    unit = unit_after(high, len).0;
+                }
+            }
             found.push(Number {
                 start,
                 end,
@@ -352,20 +363,96 @@ fn common_prefix(a: &str, b: &str) -> usize {
     a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
 }
 
-/// The byte range of a page's part that starts at `heading`, or the whole page.
-fn part(text: &str, heading: Option<&str>) -> Range<usize> {
-    let Some(heading) = heading else {
-        return 0..text.len();
-    };
-    let start = text
-        .find(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("no `{heading}`"))
-        + 1;
-    let level = heading.split(' ').next().unwrap_or("#");
-    let end = text[start + heading.len()..]
-        .find(&format!("\n{level} "))
-        .map_or(text.len(), |len| start + heading.len() + len);
-    start..end
+/// The byte ranges of a page's blocks: runs of lines between blank lines, where a fenced code
+/// block never ends one.
+fn blocks(text: &str) -> Vec<Range<usize>> {
+    let (mut found, mut start, mut at, mut fenced) = (Vec::new(), 0, 0, false);
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if !fenced && line.trim().is_empty() {
+            if at > start {
+                found.push(start..at);
+            }
+            start = at + line.len();
+        }
+        at += line.len();
+    }
+    if at > start {
+        found.push(start..at);
+    }
+    found
+}
+
+/// A mark that excuses figures of its block: measured by hand (with a date and a command), or
+/// not measured at all (with why).
+struct Mark<'a> {
+    block: Range<usize>,
+    at: usize,
+    body: &'a str,
+    figures: Vec<(&'a str, &'a str)>,
+}
+
+/// The marks of a page, or an error for one that is malformed.
+fn marks(text: &str) -> Result<Vec<Mark<'_>>, String> {
+    let blocks = blocks(text);
+    let mut found = Vec::new();
+    for comment in comments(text) {
+        let body = comment.body;
+        let head = if let Some(rest) = body.strip_prefix("by hand ") {
+            let date = rest.get(..10).unwrap_or_default();
+            let well_formed = date.len() == 10
+                && date.char_indices().all(|(i, c)| {
+                    if i == 4 || i == 7 {
+                        c == '-'
+                    } else {
+                        c.is_ascii_digit()
+                    }
+                });
+            let command = rest.get(10..).and_then(|r| r.strip_prefix(", "));
+            if !well_formed
+                || command.is_none_or(|c| c.split(": ").next().is_none_or(str::is_empty))
+            {
+                return Err(format!(
+                    "`{body}`: expected `by hand YYYY-MM-DD, COMMAND: FIGURES`"
+                ));
+            }
+            rest
+        } else if let Some(rest) = body.strip_prefix("not measured") {
+            let why = rest.strip_prefix(", ").and_then(|r| r.rsplit_once(": "));
+            if why.is_none_or(|(why, _)| why.trim().is_empty()) {
+                return Err(format!("`{body}`: expected `not measured, WHY: FIGURES`"));
+            }
+            rest
+        } else {
+            continue;
+        };
+        let Some((_, list)) = head.rsplit_once(": ") else {
+            return Err(format!("`{body}`: expected the figures after `: `"));
+        };
+        let figures: Vec<(&str, &str)> = numbers(list)
+            .into_iter()
+            .map(|n| (n.digits, n.unit))
+            .collect();
+        if figures.is_empty() || figures.iter().any(|(_, unit)| unit.is_empty()) {
+            return Err(format!(
+                "`{body}`: each figure needs its unit, as in `2.6 s, 15 %`"
+            ));
+        }
+        let block = blocks
+            .iter()
+            .find(|b| b.contains(&comment.range.start))
+            .cloned()
+            .unwrap_or(0..text.len());
+        found.push(Mark {
+            block,
+            at: comment.range.start,
+            body,
+            figures,
+        });
+    }
+    Ok(found)
 }
 
 /// Where in `text` the goals of `NOT_MEASURED` are written.
@@ -376,8 +463,9 @@ fn goals(text: &str) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// The measured figures in `range` of a page that neither are quoted nor name their source.
-fn unsourced(text: &str, range: Range<usize>) -> Vec<Number<'_>> {
+/// The measured figures of a page that are neither quoted, nor name their source, nor are
+/// named by a mark of their block.
+fn unsourced(text: &str) -> Vec<Number<'_>> {
     let comments = comments(text);
     let quoted: Vec<Range<usize>> = quotes(text, &comments)
         .into_iter()
@@ -393,11 +481,17 @@ fn unsourced(text: &str, range: Range<usize>) -> Vec<Number<'_>> {
         |ranges: &[Range<usize>], n: &Number<'_>| ranges.iter().any(|r| r.contains(&n.start));
     let comment_ranges: Vec<Range<usize>> = comments.iter().map(|c| c.range.clone()).collect();
     let goals = goals(text);
+    let marks = marks(text).unwrap_or_default();
+    let marked = |n: &Number<'_>| {
+        marks
+            .iter()
+            .any(|m| m.block.contains(&n.start) && m.figures.contains(&(n.digits, n.unit)))
+    };
     numbers(text)
         .into_iter()
-        .filter(|n| range.contains(&n.start) && !n.unit.is_empty())
+        .filter(|n| !n.unit.is_empty())
         .filter(|n| !referenced(n) && !inside(&comment_ranges, n) && !inside(&quoted, n))
-        .filter(|n| !inside(&goals, n))
+        .filter(|n| !inside(&goals, n) && !marked(n))
         .collect()
 }
 
@@ -428,14 +522,14 @@ fn every_quoted_line_is_a_line_of_the_committed_results() {
 }
 
 #[test]
-fn every_measured_figure_where_the_pages_quote_results_names_its_source() {
+fn every_measured_figure_on_every_page_names_its_source() {
     let mut errors = Vec::new();
-    for &(page, heading) in MEASURED {
-        let text = read(&root().join(page));
-        for n in unsourced(&text, part(&text, heading)) {
+    for (page, text) in pages() {
+        for n in unsourced(&text) {
             errors.push(format!(
-                "{page}:{}: `{}` has no reference to tests/benches/results/ (or, if it is a goal or a \
-                 setting, write it as one of NOT_MEASURED)",
+                "{page}:{}: `{}` has no reference to tests/benches/results/: add one, or, if it \
+                 is a goal, a setting or measured by hand, a mark in its block (see the top of \
+                 docs_figures.rs)",
                 line_of(&text, n.start),
                 &text[n.start..n.end]
             ));
@@ -445,18 +539,51 @@ fn every_measured_figure_where_the_pages_quote_results_names_its_source() {
 }
 
 #[test]
+fn every_mark_names_figures_of_its_own_block() {
+    let (mut checked, mut errors) = (0, Vec::new());
+    for (page, text) in pages() {
+        let marks = match marks(&text) {
+            Ok(marks) => marks,
+            Err(e) => {
+                errors.push(format!("{page}: {e}"));
+                continue;
+            }
+        };
+        // The page's own figures: not those that a comment (a mark among them) writes.
+        let comments: Vec<Range<usize>> = comments(&text).into_iter().map(|c| c.range).collect();
+        let figures: Vec<Number<'_>> = numbers(&text)
+            .into_iter()
+            .filter(|n| !comments.iter().any(|c| c.contains(&n.start)))
+            .collect();
+        for mark in marks {
+            for &(digits, unit) in &mark.figures {
+                checked += 1;
+                let there = figures
+                    .iter()
+                    .any(|n| mark.block.contains(&n.start) && (n.digits, n.unit) == (digits, unit));
+                if !there {
+                    errors.push(format!(
+                        "{page}:{}: the mark `{}` names {digits} {unit}, which its block does \
+                         not write: remove it from the mark",
+                        line_of(&text, mark.at),
+                        mark.body
+                    ));
+                }
+            }
+        }
+    }
+    println!("{checked} marked figures checked");
+    assert!(errors.is_empty(), "\n{}\n", errors.join("\n"));
+    assert!(checked > 0, "no page marks a figure");
+}
+
+#[test]
 fn every_goal_that_needs_no_reference_is_on_a_page() {
-    let texts: Vec<String> = MEASURED
-        .iter()
-        .map(|&(page, heading)| {
-            let text = read(&root().join(page));
-            text[part(&text, heading)].to_string()
-        })
-        .collect();
+    let texts: Vec<String> = pages().into_iter().map(|(_, text)| text).collect();
     for goal in NOT_MEASURED {
         assert!(
             texts.iter().any(|t| t.contains(goal)),
-            "NOT_MEASURED lists `{goal}`, which no part of MEASURED writes: remove it"
+            "NOT_MEASURED lists `{goal}`, which no page writes: remove it"
         );
     }
 }
@@ -485,6 +612,11 @@ fn stamped_sections(results: &str) -> Vec<(Range<usize>, String, bool)> {
 
 /// Whether the measured code differs between `commit` and the working tree.
 fn changed_since(commit: &str) -> bool {
+    code_changed_since(commit, MEASURED_CODE)
+}
+
+/// Whether `paths` differ between `commit` and the working tree.
+fn code_changed_since(commit: &str, paths: &[&str]) -> bool {
     let known = std::process::Command::new("git")
         .arg("-C")
         .arg(root())
@@ -499,7 +631,7 @@ fn changed_since(commit: &str) -> bool {
         .arg("-C")
         .arg(root())
         .args(["diff", "--quiet", commit, "--"])
-        .args(MEASURED_CODE)
+        .args(paths)
         .status()
         .expect("git");
     !status.success()
@@ -576,4 +708,89 @@ fn every_quote_of_a_section_whose_code_changed_since_says_where_it_was_measured(
     errors.dedup();
     assert!(errors.is_empty(), "\n{}\n", errors.join("\n"));
     assert!(checked > 0, "no page quotes a stamped section");
+}
+
+/// The `cargo mutants` commands of a justfile's `mutants` recipe (each with its continuation
+/// lines): what decides the mutants and their oracle.
+fn mutants_recipe(justfile: &str) -> String {
+    let start = justfile
+        .find("\nmutants *ARGS:\n")
+        .map_or(justfile.len(), |at| at + 1);
+    let recipe = &justfile[start..];
+    let recipe = &recipe[..recipe.find("\n\n").unwrap_or(recipe.len())];
+    let (mut commands, mut within) = (String::new(), false);
+    for line in recipe.lines() {
+        // Whether the recipe goes on after a command fails is not what it mutates.
+        let line = line.trim().trim_start_matches(['-', '@']);
+        within = within || line.contains("cargo mutants");
+        if within {
+            commands.push_str(line);
+            commands.push('\n');
+            within = line.ends_with('\\');
+        }
+    }
+    commands
+}
+
+/// The files a `mutants` recipe mutates: its every `--file`.
+fn mutated_files(recipe: &str) -> Vec<String> {
+    let words: Vec<&str> = recipe.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "--file")
+        .map(|w| w[1].to_string())
+        .collect()
+}
+
+#[test]
+fn a_mutation_report_is_of_the_code_as_it_is_or_the_lock_page_says_since_when() {
+    let recipe = mutants_recipe(&read(&root().join("justfile")));
+    let files = mutated_files(&recipe);
+    assert!(
+        !files.is_empty(),
+        "the justfile's `mutants` recipe names no --file"
+    );
+    // What a report depends on: the code it mutates, and the model's checks that judge it.
+    let mut paths: Vec<&str> = files.iter().map(String::as_str).collect();
+    paths.push("model/");
+    let lock = read(&root().join("docs/lock.md")).to_lowercase();
+    let mut reports = 0;
+    for entry in std::fs::read_dir(root().join("docs/mutants")).expect("docs/mutants/") {
+        let name = entry.expect("an entry of docs/mutants/").file_name();
+        let name = name.to_string_lossy().to_string();
+        if name == "sql-guard.txt" {
+            continue; // the SQL guard's mutants, which every `just test` runs
+        }
+        let stem = name.trim_end_matches(".txt").trim_end_matches("-settle");
+        assert!(
+            name.ends_with(".txt")
+                && stem.len() >= 7
+                && stem.chars().all(|c| c.is_ascii_hexdigit()),
+            "docs/mutants/{name}: a report of `just mutants` is named COMMIT.txt or \
+             COMMIT-settle.txt (`just mutants-report`)"
+        );
+        reports += 1;
+        assert!(
+            lock.contains(&format!("docs/mutants/{}", name.to_lowercase())),
+            "docs/lock.md does not name docs/mutants/{name}: name it, or remove the report"
+        );
+        let then = std::process::Command::new("git")
+            .arg("-C")
+            .arg(root())
+            .args(["show", &format!("{stem}:justfile")])
+            .output()
+            .expect("git");
+        let same_recipe = mutants_recipe(&String::from_utf8_lossy(&then.stdout)) == recipe;
+        if !same_recipe || code_changed_since(stem, &paths) {
+            assert!(
+                lock.contains(&format!("not rerun since {}", &stem[..7])),
+                "docs/mutants/{name} is of {stem}, and the mutated code ({}), the model or the \
+                 recipe has changed since: run `just mutants` and commit its report, or say \
+                 \"not rerun since {}\" in docs/lock.md",
+                files.join(", "),
+                &stem[..7]
+            );
+        }
+    }
+    assert!(reports > 0, "no report of `just mutants` in docs/mutants/");
 }
