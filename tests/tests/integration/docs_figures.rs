@@ -719,6 +719,11 @@ fn mutants_recipe(justfile: &str) -> String {
     let recipe = &justfile[start..];
     let recipe = &recipe[..recipe.find("\n\n").unwrap_or(recipe.len())];
     let (mut commands, mut within) = (String::new(), false);
+    // The sending functions it leaves out, a variable of the justfile's.
+    if let Some(io) = justfile.lines().find(|l| l.starts_with("fenced_io :=")) {
+        commands.push_str(io);
+        commands.push('\n');
+    }
     for line in recipe.lines() {
         // Whether the recipe goes on after a command fails is not what it mutates.
         let line = line.trim().trim_start_matches(['-', '@']);
