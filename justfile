@@ -177,20 +177,20 @@ mutants *ARGS:
         --re 'update\.rs|fenced\.rs|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
         --exclude-re '{{fenced_io}}' \
         --test-package clickhouse-state-guest --test-package lock-model \
-        --baseline skip --timeout 900 -o .local/mutants \
-        -- --lib --test check -- --test-threads=1 \
-        :: fenced_with_two_clients fenced_with_an_insert_given_up fenced_with_kept_grants \
-        fenced_on_a_replicated_cluster without_quorum fenced_with_two_unlocked_setters
+        --test-tool nextest --baseline skip --timeout 900 -o .local/mutants \
+        -- -P mutants --lib --test check -E 'kind(lib) | test(/^(fenced_with_two_clients|\
+        fenced_with_an_insert_given_up|fenced_with_kept_grants|fenced_on_a_replicated_cluster|\
+        without_quorum|fenced_with_two_unlocked_setters)/)'
     -cargo mutants {{ARGS}} -p clickhouse-state-guest --file guest/src/lock/settle.rs \
         --re 'settle\.rs.*(Try::|winner|established|cutoff_s)' \
         --test-package clickhouse-state-guest --test-package lock-model \
-        --baseline skip --timeout 300 -o .local/mutants-settle \
-        -- --lib --test check -- --test-threads=1 :: settle_mode
+        --test-tool nextest --baseline skip --timeout 300 -o .local/mutants-settle \
+        -- -P mutants --lib --test check -E 'kind(lib) | test(/^settle_mode/)'
     {{just_executable()}} mutants-report
 
 # The functions of fenced.rs that send the lock's statements (each takes a session): what
 # `just mutants` leaves out, and `just mutants-engine` mutates against the engine's tests
-fenced_io := 'fenced\.rs:.*(replace|in) (prune_if_due|newest|append|say_wanted|attempt|claim|append_claim|doubt_outcome|resolve_doubt|withdraw_doubt|release|renew|info|force_unlock|confirm_held)( |$)'
+fenced_io := '^guest/src/lock/fenced\.rs:[0-9]+:[0-9]+: .*(replace|in) (prune_if_due|newest|append|say_wanted|attempt|claim|append_claim|doubt_outcome|resolve_doubt|withdraw_doubt|release|renew|info|force_unlock|confirm_held)( |$)'
 
 # Mutants of the lock's sending functions (fenced_io above), which only ClickHouse can judge:
 # each is written into the source, the component built, and the engine's lock tests run on it
