@@ -710,24 +710,29 @@ fn every_quote_of_a_section_whose_code_changed_since_says_where_it_was_measured(
     assert!(checked > 0, "no page quotes a stamped section");
 }
 
-/// The `cargo mutants` commands of a justfile's `mutants` recipe (each with its continuation
-/// lines): what decides the mutants and their oracle.
-fn mutants_recipe(justfile: &str) -> String {
+/// The justfile's `fenced_io`: the lock's sending functions, which `just mutants` leaves out and
+/// `just mutants-engine` mutates.
+fn fenced_io(justfile: &str) -> &str {
+    justfile
+        .lines()
+        .find(|l| l.starts_with("fenced_io :="))
+        .unwrap_or("")
+}
+
+/// The commands of a justfile's recipe (each with its continuation lines) that start with
+/// `command`, after the `fenced_io` they share: what decides a mutation run's mutants and oracle.
+fn run_recipe(justfile: &str, header: &str, command: &str) -> String {
     let start = justfile
-        .find("\nmutants *ARGS:\n")
+        .find(&format!("\n{header}\n"))
         .map_or(justfile.len(), |at| at + 1);
     let recipe = &justfile[start..];
     let recipe = &recipe[..recipe.find("\n\n").unwrap_or(recipe.len())];
-    let (mut commands, mut within) = (String::new(), false);
-    // The sending functions it leaves out, a variable of the justfile's.
-    if let Some(io) = justfile.lines().find(|l| l.starts_with("fenced_io :=")) {
-        commands.push_str(io);
-        commands.push('\n');
-    }
-    for line in recipe.lines() {
+    let mut commands = format!("{}\n", fenced_io(justfile));
+    let mut within = false;
+    for line in recipe.lines().skip(1) {
         // Whether the recipe goes on after a command fails is not what it mutates.
         let line = line.trim().trim_start_matches(['-', '@']);
-        within = within || line.contains("cargo mutants");
+        within = within || line.contains(command);
         if within {
             commands.push_str(line);
             commands.push('\n');
@@ -735,6 +740,20 @@ fn mutants_recipe(justfile: &str) -> String {
         }
     }
     commands
+}
+
+/// The `cargo mutants` commands of the `mutants` recipe.
+fn mutants_recipe(justfile: &str) -> String {
+    run_recipe(justfile, "mutants *ARGS:", "cargo mutants")
+}
+
+/// The command of the `mutants-engine` recipe.
+fn engine_recipe(justfile: &str) -> String {
+    run_recipe(
+        justfile,
+        "mutants-engine: clickhouse-start",
+        "tests/mutants/engine.py",
+    )
 }
 
 /// The files a `mutants` recipe mutates: its every `--file`.
@@ -747,17 +766,45 @@ fn mutated_files(recipe: &str) -> Vec<String> {
         .collect()
 }
 
+/// The engine's suites that judge `just mutants-engine` (engine.py's `SUITES`), as test files.
+fn engine_suites() -> Vec<String> {
+    let script = read(&root().join("tests/mutants/engine.py"));
+    let suites = script
+        .lines()
+        .find_map(|l| l.strip_prefix("SUITES = ("))
+        .and_then(|l| l.strip_suffix(')'))
+        .expect("tests/mutants/engine.py names its SUITES on one line");
+    suites
+        .split(',')
+        .map(|s| s.trim().trim_matches('"'))
+        .filter(|s| !s.is_empty())
+        .map(|s| format!("tests/tests/integration/{s}.rs"))
+        .collect()
+}
+
 #[test]
 fn a_mutation_report_is_of_the_code_as_it_is_or_the_lock_page_says_since_when() {
-    let recipe = mutants_recipe(&read(&root().join("justfile")));
+    let justfile = read(&root().join("justfile"));
+    let recipe = mutants_recipe(&justfile);
     let files = mutated_files(&recipe);
     assert!(
         !files.is_empty(),
         "the justfile's `mutants` recipe names no --file"
     );
-    // What a report depends on: the code it mutates, and the model's checks that judge it.
-    let mut paths: Vec<&str> = files.iter().map(String::as_str).collect();
-    paths.push("model/");
+    // What each run's report depends on: the code it mutates and what judges it. The native run:
+    // the mutated files and the model's checks. The engine's: the component's code, the host
+    // that runs it, the suites, and the script.
+    let mut native: Vec<String> = files.clone();
+    native.push("model/".into());
+    let mut engine: Vec<String> = [
+        "guest/src",
+        "host/src",
+        "tests/src",
+        "tests/mutants/engine.py",
+    ]
+    .map(String::from)
+    .to_vec();
+    engine.extend(engine_suites());
     let lock = read(&root().join("docs/lock.md")).to_lowercase();
     let mut reports = 0;
     for entry in std::fs::read_dir(root().join("docs/mutants")).expect("docs/mutants/") {
@@ -766,13 +813,17 @@ fn a_mutation_report_is_of_the_code_as_it_is_or_the_lock_page_says_since_when() 
         if name == "sql-guard.txt" {
             continue; // the SQL guard's mutants, which every `just test` runs
         }
-        let stem = name.trim_end_matches(".txt").trim_end_matches("-settle");
+        let stem = name.strip_suffix(".txt").unwrap_or("");
+        let (commit, engine_run) = match stem.strip_suffix("-engine") {
+            Some(commit) => (commit, true),
+            None => (stem.strip_suffix("-settle").unwrap_or(stem), false),
+        };
         assert!(
             name.ends_with(".txt")
-                && stem.len() >= 7
-                && stem.chars().all(|c| c.is_ascii_hexdigit()),
+                && commit.len() >= 7
+                && commit.chars().all(|c| c.is_ascii_hexdigit()),
             "docs/mutants/{name}: a report of `just mutants` is named COMMIT.txt or \
-             COMMIT-settle.txt (`just mutants-report`)"
+             COMMIT-settle.txt (`just mutants-report`), of `just mutants-engine` COMMIT-engine.txt"
         );
         reports += 1;
         assert!(
@@ -782,20 +833,71 @@ fn a_mutation_report_is_of_the_code_as_it_is_or_the_lock_page_says_since_when() 
         let then = std::process::Command::new("git")
             .arg("-C")
             .arg(root())
-            .args(["show", &format!("{stem}:justfile")])
+            .args(["show", &format!("{commit}:justfile")])
             .output()
             .expect("git");
-        let same_recipe = mutants_recipe(&String::from_utf8_lossy(&then.stdout)) == recipe;
-        if !same_recipe || code_changed_since(stem, &paths) {
+        let then = String::from_utf8_lossy(&then.stdout);
+        let (same_recipe, paths, since) = if engine_run {
+            let since = format!("not rerun since {}-engine", &commit[..7]);
+            (
+                engine_recipe(&then) == engine_recipe(&justfile),
+                &engine,
+                since,
+            )
+        } else {
+            let since = format!("not rerun since {}", &commit[..7]);
+            (mutants_recipe(&then) == recipe, &native, since)
+        };
+        let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+        if !same_recipe || code_changed_since(commit, &paths) {
             assert!(
-                lock.contains(&format!("not rerun since {}", &stem[..7])),
-                "docs/mutants/{name} is of {stem}, and the mutated code ({}), the model or the \
-                 recipe has changed since: run `just mutants` and commit its report, or say \
-                 \"not rerun since {}\" in docs/lock.md",
-                files.join(", "),
-                &stem[..7]
+                lock.contains(&since),
+                "docs/mutants/{name} is of {commit}, and what it measured ({}) or its recipe has \
+                 changed since: run it again and commit its report, or say \"{since}\" in \
+                 docs/lock.md",
+                paths.join(", "),
             );
         }
     }
     assert!(reports > 0, "no report of `just mutants` in docs/mutants/");
+}
+
+#[test]
+fn the_mutants_left_to_the_engine_are_the_lock_functions_that_send() {
+    let justfile = read(&root().join("justfile"));
+    let line = fenced_io(&justfile);
+    assert!(
+        line.contains("'^guest/src/lock/fenced\\.rs:"),
+        "the justfile's fenced_io is anchored to fenced.rs's mutants: {line:?}"
+    );
+    let named: std::collections::BTreeSet<&str> = line
+        .split_once("(replace|in) (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(names, _)| names.split('|').collect())
+        .unwrap_or_default();
+    // A function that sends takes the session's transport and platform.
+    let source = read(&root().join("guest/src/lock/fenced.rs"));
+    let code = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+    let sending: std::collections::BTreeSet<&str> = code
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let line = ["pub(crate) ", "pub "]
+                .iter()
+                .find_map(|vis| line.strip_prefix(vis))
+                .unwrap_or(line);
+            let (name, generics) = line.strip_prefix("fn ")?.split_once('<')?;
+            generics.starts_with("T: Transport").then_some(name)
+        })
+        .collect();
+    assert!(
+        !sending.is_empty(),
+        "fenced.rs has no function taking a session"
+    );
+    assert_eq!(
+        named, sending,
+        "the justfile's fenced_io must name exactly fenced.rs's functions that take a session \
+         (left: fenced_io, right: fenced.rs): a sending function left out of it is mutated \
+         against an oracle that never runs it, one named that does not send is never mutated"
+    );
 }
