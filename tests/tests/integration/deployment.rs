@@ -16,6 +16,7 @@ use clickhouse_state::http::Client;
 use clickhouse_state::lock::fenced;
 use clickhouse_state::rows;
 use clickhouse_state::sql::{Guard, Query, Role, StateRow, Statements};
+use integration_tests::state_host::http::faults::{Fault, FaultPlan};
 use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{Error, InstanceOptions, State};
 use integration_tests::{LocalServer, Target, TestTable, runtime};
@@ -161,20 +162,21 @@ fn event_type(table: &TestTable) -> String {
         .replace("\\'", "'")
 }
 
-/// Creates the table's schema as an older version did: a lock log without the `want` event
-/// (the key column's type can gain values, never lose them, so it is made old from the start).
+/// Creates the table's whole schema as an older version did: a lock log without the `want`
+/// event (the key column's type can gain values, never lose them, so it is made old from the
+/// start). Nothing else is missing, so nothing else sends the instance to `migrate`.
 fn older_schema(table: &TestTable) -> String {
     let config = Config::parse(&table.target.uri(), &table.settings()).unwrap();
     let sql = Statements::new(&config);
     let older = "Enum8('acquire' = 1, 'renew' = 2, 'release' = 3, 'force' = 4)";
     let log = sql.create_lock_log_table().sql;
     assert!(log.contains(", 'want' = 5)"), "{log}");
-    for ddl in [
-        sql.create_schema().sql,
-        sql.create_state_table().sql,
-        sql.create_lock_table().sql,
-        log.replace(", 'want' = 5)", ")"),
-    ] {
+    for statement in sql.migration() {
+        let ddl = if statement.sql == log {
+            log.replace(", 'want' = 5)", ")")
+        } else {
+            statement.sql
+        };
         table.target.must(&ddl);
     }
     assert_eq!(event_type(table), older);
@@ -223,6 +225,53 @@ async fn a_waiter_gives_an_older_lock_log_the_want_event() {
         table.qualified()
     ));
     assert_eq!(wants.trim(), "1", "the waiter's want landed, once");
+    holder.release(lock).await.expect("release");
+}
+
+/// Refuses this instance's first lock-log insert, a `want`, with a permanent error that is not
+/// the older log's.
+#[derive(Default)]
+struct RefuseFirstWant(std::sync::atomic::AtomicBool);
+
+impl FaultPlan for RefuseFirstWant {
+    fn fault(&self, _method: &http::Method, uri: &http::Uri) -> Option<Fault> {
+        let query = uri.query().unwrap_or("");
+        let insert = query.contains("INSERT") && query.contains("_lock_log");
+        // Code 62, SYNTAX_ERROR: permanent, and not UNKNOWN_ELEMENT_OF_ENUM.
+        (insert && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst))
+            .then_some(Fault::Server(62))
+    }
+}
+
+/// Only the older log's refusal gives it the `want` event: a `want` refused for another reason
+/// is a hint lost (one try), not a cue to alter the log and send it again.
+#[tokio::test]
+async fn a_want_refused_for_another_reason_is_not_sent_again() {
+    let table = TestTable::new("want_refused");
+    let mut holder = table.open().await;
+    holder.migrate().await.expect("migrate");
+    let lock = holder.acquire_lock("id").await.expect("lock");
+    let refuse = Arc::new(RefuseFirstWant::default());
+    let options = InstanceOptions {
+        faults: Some(refuse.clone()),
+        ..InstanceOptions::default()
+    };
+    let settings = table.with(&[("lock_timeout_seconds", "1"), ("lock_retry_seconds", "0.2")]);
+    let mut waiter = runtime()
+        .open_with(&table.target.uri(), settings, options)
+        .await
+        .expect("open");
+    let waited = waiter.acquire_lock("id").await;
+    assert!(matches!(waited, Err(Error::Locked(_))), "{waited:?}");
+    assert!(
+        refuse.0.load(std::sync::atomic::Ordering::SeqCst),
+        "the want was refused"
+    );
+    let wants = table.target.must(&format!(
+        "SELECT count() FROM {}_lock_log WHERE event = 'want'",
+        table.qualified()
+    ));
+    assert_eq!(wants.trim(), "0", "the refused want was not sent again");
     holder.release(lock).await.expect("release");
 }
 

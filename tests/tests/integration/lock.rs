@@ -856,10 +856,21 @@ async fn every_1024th_grant_prunes_old_generations_of_its_id_only() {
 
 /// Loses the answer to the first read that follows this instance's first lock-log insert: the
 /// read-back of its first claim. The claim itself lands.
-#[derive(Default)]
 struct LoseFirstReadBack {
     claimed: AtomicBool,
     lost: AtomicBool,
+    /// How the answer is lost: a reset connection by default.
+    fault: Fault,
+}
+
+impl Default for LoseFirstReadBack {
+    fn default() -> Self {
+        LoseFirstReadBack {
+            claimed: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            fault: Fault::ResetBeforeResponse,
+        }
+    }
 }
 
 impl FaultPlan for LoseFirstReadBack {
@@ -870,7 +881,7 @@ impl FaultPlan for LoseFirstReadBack {
             return None;
         }
         (self.claimed.load(Ordering::SeqCst) && !self.lost.swap(true, Ordering::SeqCst))
-            .then_some(Fault::ResetBeforeResponse)
+            .then_some(self.fault)
     }
 }
 
@@ -879,7 +890,19 @@ async fn losing_read_back(
     table: &TestTable,
     extra: &[(&str, &str)],
 ) -> (Backend, Arc<LoseFirstReadBack>) {
-    let lose = Arc::new(LoseFirstReadBack::default());
+    losing_read_back_to(timeline, table, extra, Fault::ResetBeforeResponse).await
+}
+
+async fn losing_read_back_to(
+    timeline: &Timeline,
+    table: &TestTable,
+    extra: &[(&str, &str)],
+    fault: Fault,
+) -> (Backend, Arc<LoseFirstReadBack>) {
+    let lose = Arc::new(LoseFirstReadBack {
+        fault,
+        ..LoseFirstReadBack::default()
+    });
     let plan: Arc<dyn FaultPlan> = lose.clone();
     let mut settings = vec![("retries", "0")];
     settings.extend_from_slice(extra);
@@ -917,6 +940,28 @@ async fn a_claim_whose_read_back_was_lost_is_found_to_have_won() {
     let next = other.acquire_lock("s").await.expect("free again at once");
     assert_eq!(next.token, 2);
     other.release(next).await.unwrap();
+}
+
+/// A read-back the server refuses for good (a permanent error, not a lost answer) leaves no
+/// doubt to resolve: taking the lock fails at once with that error, and is not tried again.
+#[tokio::test]
+async fn a_claim_whose_read_back_is_refused_for_good_fails_at_once() {
+    let timeline = Timeline::real();
+    let table = TestTable::new("doubt_refused");
+    timeline.open(&table, &[]).await.migrate().await.unwrap();
+    // Code 62, SYNTAX_ERROR: permanent (60, a missing table, would migrate first).
+    let refused = Fault::Server(62);
+    let (mut a, lose) =
+        losing_read_back_to(&timeline, &table, &[("lock_timeout_seconds", "5")], refused).await;
+    let taken = a.acquire_lock("s").await;
+    assert!(
+        lose.lost.load(Ordering::SeqCst),
+        "the read-back was refused"
+    );
+    assert!(
+        matches!(&taken, Err(Error::Server { code: 62, .. })),
+        "the refusal is the caller's at once, not a doubt tried again: {taken:?}"
+    );
 }
 
 #[tokio::test]
