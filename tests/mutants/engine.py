@@ -33,8 +33,8 @@ ARCHIVE = TARGET / "engine-tests.tar.zst"
 COMPONENT = TARGET / "wasm32-wasip2/release-guest/clickhouse_state.wasm"
 UNMUTATED = TARGET / "unmutated.wasm"
 # The engine's tests of the lock and of what it guards: the suites that take, keep, hand back,
-# renew, force and read locks through the component.
-SUITES = ("lock", "linger", "settle", "landing", "statements", "faults")
+# renew, force and read locks through the component, and the lock log's migration (deployment).
+SUITES = ("lock", "linger", "settle", "landing", "statements", "faults", "deployment")
 FILTER = " | ".join(f"test(/^{suite}::/)" for suite in SUITES)
 
 

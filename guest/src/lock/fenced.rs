@@ -488,28 +488,38 @@ fn claim<T: Transport, H: Platform>(
     // its own lease ends, so that neither this instance nor a third takes the id while the
     // renewed holder works (the holder finds the newer generation at its next check).
     let outcome = decide_claim(current, &claims, &owner, generation);
-    let renewed_since = outcome == ClaimOutcome::GivesWay;
-    if renewed_since {
-        session.host.log(
+    match outcome {
+        ClaimOutcome::GivesWay => session.host.log(
             Level::Info,
             &format!(
                 "the claim on {state_id:?} (token {generation}) gives way to a renewal of token {}",
                 current.generation
             ),
-        );
+        ),
+        ClaimOutcome::Mine => prune_if_due(session, state_id, generation),
+        ClaimOutcome::Lost => {}
     }
-    let mine = outcome == ClaimOutcome::Mine;
-    if mine {
-        prune_if_due(session, state_id, generation);
-        return Ok(Attempt::Granted(handle));
+    Ok(claim_decided(outcome, current, &claims, handle))
+}
+
+/// What a decided claim `handle` (which followed `followed`) comes to: the grant, when it is
+/// its owner's alone; else who holds the id. A claim that gave way stays in the log until its
+/// own lease ends, so that nobody takes the id while the renewed holder works: that holder,
+/// until its renewed lease ends. One that lost: the rival that claimed too.
+pub fn claim_decided(
+    outcome: ClaimOutcome,
+    followed: &NewestGeneration,
+    claims: &[Claim],
+    handle: LockHandle,
+) -> Attempt {
+    match outcome {
+        ClaimOutcome::Mine => Attempt::Granted(handle),
+        ClaimOutcome::GivesWay => Attempt::Held(LockInfo {
+            expires_at_ms: claims.first().map_or(0, |c| c.previous_until),
+            ..followed.info(&handle.state_id)
+        }),
+        ClaimOutcome::Lost => Attempt::Held(rival(claims, &handle)),
     }
-    if renewed_since {
-        let mut info = current.info(state_id);
-        info.expires_at_ms = claims.first().map_or(0, |c| c.previous_until);
-        return Ok(Attempt::Held(info));
-    }
-    // Someone else claimed this generation first (or a newer one exists): report them.
-    Ok(Attempt::Held(rival(&claims, &handle)))
 }
 
 /// Who beat the claim `handle`, as far as its read-back `claims` tells.
@@ -562,7 +572,7 @@ fn doubt_outcome<T: Transport, H: Platform>(
     current: &NewestGeneration,
 ) -> Result<Option<(ClaimOutcome, Vec<Claim>)>> {
     let handle = &doubt.handle;
-    if !current.is_claim_of(handle) || session.host.now_ms() > handle.lease_until_ms {
+    if !doubt_decidable(current, handle, session.host.now_ms()) {
         return Ok(None);
     }
     let read = session
@@ -571,6 +581,13 @@ fn doubt_outcome<T: Transport, H: Platform>(
     let claims: Vec<Claim> = rows::all(&session.run(&read.query)?)?;
     let outcome = decide_claim(&doubt.followed, &claims, &handle.owner, handle.token);
     Ok(Some((outcome, claims)))
+}
+
+/// Whether the claim in doubt `handle` can still be decided from the log at `now_ms`: only
+/// while its generation is the newest, still open, and its lease has not ended. A generation
+/// forced open or released, or a lease that ended, is never adopted: a new claim follows it.
+pub fn doubt_decidable(current: &NewestGeneration, handle: &LockHandle, now_ms: u64) -> bool {
+    current.is_claim_of(handle) && now_ms <= handle.lease_until_ms
 }
 
 /// Decides a claim in doubt from the log, as its read-back would have: granted if it won; held
@@ -596,8 +613,8 @@ fn resolve_doubt<T: Transport, H: Platform>(
             return Err(e);
         }
     };
-    match outcome {
-        Some((ClaimOutcome::Mine, _)) => {
+    if let Some((outcome, claims)) = outcome {
+        if outcome == ClaimOutcome::Mine {
             session.host.log(
                 Level::Info,
                 &format!(
@@ -605,19 +622,14 @@ fn resolve_doubt<T: Transport, H: Platform>(
                     doubt.handle.token
                 ),
             );
-            return Ok(Attempt::Granted(doubt.handle));
         }
-        // As after a read-back: the claim stays in the log until its lease ends, so that nobody
-        // takes the id while the renewed holder works.
-        Some((ClaimOutcome::GivesWay, claims)) => {
-            let mut info = doubt.followed.info(state_id);
-            info.expires_at_ms = claims.first().map_or(0, |c| c.previous_until);
-            return Ok(Attempt::Held(info));
-        }
-        Some((ClaimOutcome::Lost, claims)) => {
-            return Ok(Attempt::Held(rival(&claims, &doubt.handle)));
-        }
-        None => {}
+        // As after a read-back.
+        return Ok(claim_decided(
+            outcome,
+            &doubt.followed,
+            &claims,
+            doubt.handle,
+        ));
     }
     if !current.is_free(session.host.now_ms()) {
         return Ok(Attempt::Held(current.info(state_id)));
@@ -848,6 +860,118 @@ mod tests {
         }
         let pruning = (0..10 * PRUNE_EVERY).filter(|&g| prune_below(g).is_some());
         assert_eq!(pruning.count(), 9);
+    }
+
+    /// A holder counts its lease as ended a tenth of it early, the skew allowed between clocks:
+    /// a contender whose clock is that far ahead already sees it ended.
+    #[test]
+    fn a_lease_is_near_its_end_a_tenth_of_it_early() {
+        assert_eq!(lease_margin_ms(30_000), 3_000);
+        assert_eq!(lease_margin_ms(10_000), 1_000);
+        let until = 100_000;
+        assert!(!near_lease_end(until - 3_001, until, 30_000));
+        assert!(near_lease_end(until - 3_000, until, 30_000));
+        assert!(near_lease_end(until + 1, until, 30_000), "past its end");
+    }
+
+    /// A generation's holder is its earliest claim by the claimers' clocks (the SQL's
+    /// `argMinIf`), whatever order the rows come in: concurrent claims land in either.
+    #[test]
+    fn a_generation_is_held_by_its_earliest_claim_whatever_order_the_rows_come_in() {
+        let acquire = |owner: &str, at_ms| LogEntry {
+            state_id: "s".into(),
+            generation: 2,
+            event: Event::Acquire,
+            owner: owner.into(),
+            at_ms,
+            until_ms: at_ms + 10,
+            floor_ms: 0,
+        };
+        let log = [
+            acquire("late", 7),
+            acquire("early", 5),
+            acquire("between", 6),
+        ];
+        let folded = fold(log.iter());
+        assert_eq!((folded.owner.as_str(), folded.acquired_at_ms), ("early", 5));
+        assert_eq!(
+            folded.lease_until_ms, 17,
+            "the latest lease of the generation"
+        );
+    }
+
+    /// A decided claim is the grant only when it is its owner's alone; a claim that gave way
+    /// names the renewed holder, until its renewed lease ends; one that lost names the rival.
+    #[test]
+    fn a_claim_not_granted_names_who_holds_the_id() {
+        let handle = LockHandle {
+            state_id: "s".into(),
+            owner: "me".into(),
+            token: 4,
+            acquired_at_ms: 2_000,
+            lease_until_ms: 32_000,
+            floor_ms: 0,
+            last_written_ms: 0,
+            mode: LockMode::Fenced,
+        };
+        let claim = |owner: &str| Claim {
+            owner: owner.into(),
+            at_ms: 1_900,
+            until_ms: 31_900,
+            newest: 4,
+            previous_until: 1_500,
+            stored: vec![],
+        };
+        let followed = NewestGeneration {
+            owner: "renewed".into(),
+            ..newest(false, false, 1_000, 0, 0)
+        };
+        let decided =
+            |outcome, claims: &[Claim]| claim_decided(outcome, &followed, claims, handle.clone());
+        assert_eq!(
+            decided(ClaimOutcome::Mine, &[claim("me")]),
+            Attempt::Granted(handle.clone())
+        );
+        let Attempt::Held(gave_way) = decided(ClaimOutcome::GivesWay, &[claim("me")]) else {
+            panic!("a claim that gave way is no grant");
+        };
+        assert_eq!(
+            (
+                gave_way.owner.as_str(),
+                gave_way.token,
+                gave_way.expires_at_ms
+            ),
+            ("renewed", 3, 1_500),
+            "the renewed holder, until its renewed lease ends"
+        );
+        let Attempt::Held(lost) = decided(ClaimOutcome::Lost, &[claim("me"), claim("rival")])
+        else {
+            panic!("a lost claim is no grant");
+        };
+        assert_eq!((lost.owner.as_str(), lost.expires_at_ms), ("rival", 31_900));
+    }
+
+    /// A claim in doubt is decided from the log only while it is the newest open generation and
+    /// within its lease; forced open, released or past its lease, it is never adopted.
+    #[test]
+    fn a_claim_in_doubt_is_decided_only_while_open_and_within_its_lease() {
+        let claim = LockHandle {
+            state_id: "s".into(),
+            owner: "o".into(),
+            token: 3,
+            acquired_at_ms: 100,
+            lease_until_ms: 1_000,
+            floor_ms: 0,
+            last_written_ms: 0,
+            mode: LockMode::Fenced,
+        };
+        let open = newest(false, false, 1_000, 0, 0);
+        assert!(doubt_decidable(&open, &claim, 1_000), "at its lease's end");
+        assert!(!doubt_decidable(&open, &claim, 1_001), "past its lease");
+        let forced = newest(false, true, 1_000, 0, 0);
+        assert!(!doubt_decidable(&forced, &claim, 500), "forced open");
+        let released = newest(true, false, 1_000, 0, 0);
+        assert!(!doubt_decidable(&released, &claim, 500), "released");
     }
 
     #[test]

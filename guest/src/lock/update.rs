@@ -1175,6 +1175,49 @@ mod tests {
         assert_eq!(update.memory().released.is_some(), !releases_fail);
     }
 
+    /// A server that fails every write of a claim not yet confirmed until the grant's lease runs
+    /// out: each time the claim is kept in doubt and the lock taken anew, a bounded number of
+    /// times (`MAX_HAND_BACKS`), then the update fails, instead of claiming forever.
+    #[test]
+    fn an_update_whose_unconfirmed_writes_all_outlast_their_lease_gives_up() {
+        let mut env = Clock { now: 0, tokens: 0 };
+        let mut update = Update::new("s", "{\"a\":1}", "{}", LIMITS, Memory::default(), 0);
+        let mut step = update.start(&mut env);
+        let (mut claims, mut writes, mut lease_until) = (0, 0, 0);
+        for _ in 0..100 {
+            let Step::Send { statement, .. } = step.clone() else {
+                break;
+            };
+            let answer = match &statement {
+                Statement::ReadOutlook { .. } => Answer::Outlook(Outlook::default()),
+                Statement::ReadNewest { .. } => Answer::NewestGeneration(Default::default()),
+                Statement::Append(entry) if entry.event == Event::Acquire => {
+                    claims += 1;
+                    lease_until = entry.until_ms;
+                    Answer::Appended
+                }
+                Statement::Append(_) => Answer::Appended,
+                Statement::ReadClaims { generation, .. } => {
+                    let owner = format!("t{}", env.tokens);
+                    Answer::Claims(claims_of(&statement, &owner, *generation))
+                }
+                Statement::WriteGuarded { guard, .. } => {
+                    assert!(!guard.confirmed, "every write is the unconfirmed claim's");
+                    writes += 1;
+                    // the write fails until the lease has run out
+                    env.now = lease_until;
+                    Answer::Failed(Error::Unreachable("reset".into()))
+                }
+            };
+            step = update.answer(answer, &mut env);
+        }
+        assert!(
+            matches!(step, Step::Done(Err(Error::Unreachable(_)))),
+            "expected the update to give up, got {step:?}"
+        );
+        assert_eq!((claims, writes), (3, 3));
+    }
+
     /// An update's grant lasts the lock timeout, within [10 s, `lock_lease_seconds`]: with
     /// Meltano's 10 s a killed holder keeps the id 10 s at most, not the explicit lock's 300 s.
     #[test]
@@ -1472,6 +1515,35 @@ mod tests {
             past_want(&mut update, step, &mut env),
             Step::Pause(_)
         ));
+    }
+
+    /// An unconfirmed grant's writes are refused once the generation its claim replaced, free
+    /// only because its lease had ended, is renewed past that end; a released or forced one, or
+    /// a confirmed grant, sets no such bound.
+    #[test]
+    fn an_unconfirmed_grant_guards_against_a_renewal_of_the_generation_it_replaced() {
+        let guard_after = |claimed_after: Option<NewestGeneration>| {
+            Grant {
+                handle: grant(4, 90_000),
+                basis: None,
+                claimed_after,
+            }
+            .guard()
+            .previous_until
+        };
+        let expired = held(&grant(3, 60_000));
+        assert_eq!(guard_after(Some(expired.clone())), 60_000);
+        let released = NewestGeneration {
+            released: 1,
+            ..expired.clone()
+        };
+        assert_eq!(guard_after(Some(released)), u64::MAX);
+        let forced = NewestGeneration {
+            forced: 1,
+            ..expired
+        };
+        assert_eq!(guard_after(Some(forced)), u64::MAX);
+        assert_eq!(guard_after(None), u64::MAX, "confirmed");
     }
 
     fn grant(token: u64, lease_until_ms: u64) -> LockHandle {
