@@ -78,7 +78,9 @@ def listed(regex: str) -> list[dict]:
     )
     if done.returncode != 0:
         raise SystemExit(f"cargo mutants --list failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
+    # cargo-mutants lists a struct field's deletion whatever --re says (cargo-mutants#632): a
+    # pure function's would be judged here by tests that never run it.
+    return [m for m in json.loads(done.stdout) if re.search(regex, m["name"])]
 
 
 # The shipped profile's code (release-guest: panic=abort, no overflow checks), compiled the way a
