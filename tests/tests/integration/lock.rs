@@ -964,6 +964,34 @@ async fn a_claim_whose_read_back_is_refused_for_good_fails_at_once() {
     );
 }
 
+/// A claim in doubt whose lease has ended is not adopted, even had it won; the id it leaves
+/// free is claimed anew in the same try, not after another pause.
+#[tokio::test]
+async fn a_claim_in_doubt_past_its_lease_is_not_adopted_and_the_free_id_is_claimed_at_once() {
+    let timeline = Timeline::real();
+    let table = TestTable::new("doubt_lapsed");
+    timeline.open(&table, &[]).await.migrate().await.unwrap();
+    // A 1 s lease and a 3 s wait: the one pause after the lost read-back is cut to the wait's
+    // end, so the claim's lease has ended at the next try (if the claim was sent within 2 s),
+    // and that try is the last one.
+    let settings = [
+        ("lock_lease_seconds", "1"),
+        ("lock_timeout_seconds", "3"),
+        ("lock_retry_seconds", "30"),
+    ];
+    let (mut a, lose) = losing_read_back(&timeline, &table, &settings).await;
+    let lock = a
+        .acquire_lock("s")
+        .await
+        .expect("the id is free once the claim in doubt has lapsed: taken in the last try");
+    assert!(lose.lost.load(Ordering::SeqCst), "the read-back was lost");
+    assert_eq!(
+        lock.token, 2,
+        "a new generation, not the lapsed claim in doubt adopted"
+    );
+    a.release(lock).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_claim_in_doubt_is_released_when_its_instance_gives_up() {
     let timeline = Timeline::real();
