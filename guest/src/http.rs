@@ -17,7 +17,7 @@ pub struct Request {
     pub authority: String,
     pub path_and_query: String,
     pub headers: Vec<(String, Vec<u8>)>,
-    pub body: std::rc::Rc<[u8]>,
+    pub body: std::rc::Rc<Vec<u8>>,
 }
 
 /// An HTTP response, fully read.
@@ -176,7 +176,7 @@ impl<T: Transport> Client<T> {
         url.append_pair("query", &query.sql);
         let body = match &query.data {
             Some(data) => std::rc::Rc::clone(data),
-            None => std::rc::Rc::from(&[][..]),
+            None => std::rc::Rc::default(),
         };
         Request {
             scheme: self.scheme,

@@ -157,10 +157,15 @@ impl<T: Transport, H: Platform> Session<T, H> {
             }
             rest = &rest[end..];
         }
+        // Keyed by the ids given, so that an id not in the history costs no copy of it.
+        let mut next: std::collections::HashMap<&str, u64> =
+            std::collections::HashMap::with_capacity(ids.len());
         Ok(ids
             .iter()
             .map(|id| {
-                let seq = highest.entry((*id).to_string()).or_insert(0);
+                let seq = next
+                    .entry(id)
+                    .or_insert_with(|| highest.get(*id).copied().unwrap_or(0));
                 *seq += 1;
                 *seq
             })

@@ -371,34 +371,32 @@ impl<T: Transport, H: Platform> Store<T, H> {
         for state in states {
             validate_state(state)?;
         }
-        let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(states.len());
-        for (index, state) in states.iter().enumerate() {
-            last_index.insert(&state.state_id, index);
-        }
-        let unique: Vec<&State> = states
-            .iter()
-            .enumerate()
-            .filter(|(index, state)| last_index[state.state_id.as_str()] == *index)
-            .map(|(_, state)| state)
-            .collect();
-        if unique.is_empty() {
+        if states.is_empty() {
             return Ok(0);
         }
         // Each id's own newest version, so each write lands above it (one read, one insert).
-        let mut stored: HashMap<String, u64> = HashMap::new();
-        for row in self.session.fetch(&self.session.sql.versions())? {
-            stored.insert(row.state_id, row.version);
-        }
-        let now = self.clock_ms()?;
-        let rows: Vec<(&State, u64)> = unique
-            .into_iter()
-            .map(|s| {
-                (
-                    s,
-                    now.max(stored.get(&s.state_id).map_or(0, |v| v.saturating_add(1))),
-                )
-            })
-            .collect();
+        // The maps are dropped before the insert is encoded: at 100,000 states each is MiBs
+        // of the instance's memory.
+        let rows = {
+            let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(states.len());
+            for (index, state) in states.iter().enumerate() {
+                last_index.insert(&state.state_id, index);
+            }
+            let mut stored: HashMap<String, u64> = HashMap::new();
+            for row in self.session.fetch(&self.session.sql.versions())? {
+                stored.insert(row.state_id, row.version);
+            }
+            let now = self.clock_ms()?;
+            states
+                .iter()
+                .enumerate()
+                .filter(|(index, state)| last_index[state.state_id.as_str()] == *index)
+                .map(|(_, s)| {
+                    let above = stored.get(&s.state_id).map_or(0, |v| v.saturating_add(1));
+                    (s, now.max(above))
+                })
+                .collect::<Vec<(&State, u64)>>()
+        };
         self.insert(&rows, &self.origin(Op::SetAll))?;
         Ok(rows.len() as u64)
     }
@@ -514,21 +512,25 @@ impl<T: Transport, H: Platform> Store<T, H> {
 
     /// One INSERT of JSON rows, each with its version, under a fresh deduplication token.
     fn insert(&self, rows: &[(&State, u64)], origin: &Origin<'_>) -> Result<()> {
-        // The encoded size, escapes included, so the buffer never doubles (at 100k states a
-        // doubling is tens of MiB of the instance's memory).
-        let escaped =
-            |text: &str| text.len() + text.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
-        let capacity = rows
-            .iter()
-            .map(|(s, _)| escaped(&s.partial) + escaped(&s.completed) + escaped(&s.state_id) + 160)
-            .sum();
-        let mut data = Vec::with_capacity(capacity);
         let ids: Vec<&str> = rows.iter().map(|(s, _)| s.state_id.as_str()).collect();
         let seqs = self.session.ordinals(&ids)?;
-        for ((state, version_ms), seq) in rows.iter().zip(seqs) {
+        drop(ids);
+        // The buffer is sized once, so that it never doubles (at 100,000 states a doubling is
+        // tens of MiB of the instance's memory): each row's text, escapes included, and what
+        // the first row encoded took besides (names, version, origin), with room for longer
+        // numbers.
+        let escaped =
+            |text: &str| text.len() + text.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
+        let text = |s: &State| escaped(&s.partial) + escaped(&s.completed) + escaped(&s.state_id);
+        let mut data = Vec::new();
+        for (index, ((state, version_ms), seq)) in rows.iter().zip(seqs).enumerate() {
             self.session
                 .sql
                 .encode_state(state.row(*version_ms), origin, seq, &mut data)?;
+            if index == 0 {
+                let besides = data.len().saturating_sub(text(state)) + 32;
+                data.reserve_exact(rows[1..].iter().map(|(s, _)| text(s) + besides).sum());
+            }
         }
         let token = self.session.new_token();
         let lands = rows

@@ -12,7 +12,7 @@ pub struct Query {
     /// Settings for this query only.
     pub settings: Vec<(&'static str, String)>,
     /// INSERT data. When present, the SQL travels in the URL and this in the body.
-    pub data: Option<std::rc::Rc<[u8]>>,
+    pub data: Option<std::rc::Rc<Vec<u8>>>,
     /// What the query does: the deployment adds the settings this role needs there (see
     /// `deployment::Consistency`).
     pub role: Role,

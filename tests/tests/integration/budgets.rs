@@ -238,3 +238,43 @@ fn the_component_is_within_its_size_goal() {
         path.display()
     );
 }
+
+/// `set-all` of this many states in one call, in a fresh instance.
+const SET_ALL_STATES: usize = 20_000;
+/// What the instance's linear memory may grow to per state in that call, in bytes: 766 when
+/// set, a count that only the code moves. The report's scale section writes 100,000 states in
+/// one call, under the host's default limit of 128 MiB (1342 bytes a state); at 1667 bytes a
+/// state (an insert's buffer that doubled, the ordinals' copies of every id) it was stopped.
+const SET_ALL_BYTES_PER_STATE: usize = 850;
+
+/// A state as the report's scale section writes them: one bookmark of one stream.
+fn bookmark(i: usize) -> String {
+    format!(
+        r#"{{"singer_state":{{"bookmarks":{{"stream_{:02}":{{"replication_key":"updated_at","replication_key_value":"2026-11-29T10:{:02}:{:02}Z"}}}}}}}}"#,
+        i % 17,
+        i / 60 % 60,
+        i % 60
+    )
+}
+
+#[tokio::test]
+async fn set_all_of_many_states_stays_within_its_memory_budget() {
+    let table = TestTable::new("budget_set_all");
+    let (mut backend, _) = counted(&table, &[]).await;
+    let states: Vec<State> = (0..SET_ALL_STATES)
+        .map(|i| State::completed(format!("dev:tap-{i:06}-to-target"), bookmark(i)))
+        .collect();
+    let written = backend.set_all(&states).await.expect("set-all");
+    assert_eq!(written, SET_ALL_STATES as u64);
+    let peak = backend.peak_memory_bytes();
+    let per_state = peak / SET_ALL_STATES;
+    println!(
+        "set-all of {SET_ALL_STATES} states: peak linear memory {peak} bytes, {per_state} a state"
+    );
+    assert!(
+        per_state <= SET_ALL_BYTES_PER_STATE,
+        "set-all of {SET_ALL_STATES} states grew the instance to {peak} bytes, {per_state} a \
+         state, over its budget of {SET_ALL_BYTES_PER_STATE}: at 100,000 states it would near \
+         or pass the host's 128 MiB limit"
+    );
+}
