@@ -2,8 +2,14 @@
 //! this tree against the baseline, a component built from the commit that
 //! `tests/benches/baseline.commit` names, on the same host, the same ClickHouse and tables of the
 //! same shape, taking turns call by call (the order flips every call). An operation fails when
-//! its median ratio of paired calls (this tree's over the baseline's) passes [`BOUND`]; every
-//! ratio is printed, and written to target/bench/ab.md.
+//! its median ratio of paired calls (this tree's over the baseline's) passes [`BOUND`] in every
+//! one of [`ROUNDS`] rounds; every ratio is printed, and written to target/bench/ab.md.
+//!
+//! Why rounds: on a loaded machine one side can be slower for a whole round for reasons that are
+//! not its code (its tables' parts and merges, which instance the server met first). A round
+//! starts on a quiet server (no merge running), with fresh tables, created in the other order
+//! than the round before; a further round runs only while some operation is out of bounds. A
+//! real slowdown is out of bounds in every round; a round's bad luck is not.
 //!
 //!   just bench-ab     (builds the baseline first: `just baseline-component`)
 //!
@@ -18,6 +24,9 @@ use integration_tests::{TestTable, runtime_options};
 
 /// The most an operation may slow down against the baseline.
 const BOUND: f64 = 1.15;
+
+/// The most rounds run; an operation fails only when it is out of bounds in each.
+const ROUNDS: usize = 3;
 
 /// Each operation's call, as Meltano's runs make them (the lock kept between updates).
 const OPERATIONS: [&str; 5] = ["get", "set", "update", "state_ids", "get_all"];
@@ -70,6 +79,70 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// Waits (at most a minute) until the server runs no merge, so that a round does not start
+/// in the wake of whatever ran before it.
+fn quiet_server() {
+    let target = integration_tests::Target::from_env();
+    for _ in 0..600 {
+        match target.query("SELECT count() FROM system.merges") {
+            Ok(n) if n.trim() == "0" => return,
+            _ => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }
+}
+
+/// One operation's figures in one round.
+struct Measured {
+    mine_ms: f64,
+    base_ms: f64,
+    ratio: f64,
+}
+
+/// One round: both components on fresh tables (ours created first when `ours_first`), each
+/// operation's `pairs` calls taking turns.
+async fn round(ours: &Runtime, theirs: &Runtime, pairs: usize, ours_first: bool) -> Vec<Measured> {
+    quiet_server();
+    let ((mut a, _a_table), (mut b, _b_table)) = if ours_first {
+        let a = instance(ours, "ab_head").await;
+        (a, instance(theirs, "ab_base").await)
+    } else {
+        let b = instance(theirs, "ab_base").await;
+        (instance(ours, "ab_head").await, b)
+    };
+    let mut out = Vec::new();
+    let mut n = 100;
+    for op in OPERATIONS {
+        let (mut mine, mut base, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for pair in 0..pairs {
+            n += 1;
+            // The order flips every pair, so neither side always runs on a warmer server.
+            for ours_turn in [pair % 2 == 0, pair % 2 == 1] {
+                let started = Instant::now();
+                if ours_turn {
+                    call(&mut a, op, n).await;
+                } else {
+                    call(&mut b, op, n).await;
+                }
+                let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+                if ours_turn {
+                    mine.push(elapsed)
+                } else {
+                    base.push(elapsed)
+                }
+            }
+            ratios.push(mine[mine.len() - 1] / base[base.len() - 1]);
+        }
+        out.push(Measured {
+            mine_ms: median(mine),
+            base_ms: median(base),
+            ratio: median(ratios),
+        });
+    }
+    a.close().await.expect("closes");
+    b.close().await.expect("closes");
+    out
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -89,58 +162,49 @@ async fn main() {
         Runtime::load(path, runtime_options()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     };
     let (ours, theirs) = (load(&head), load(&baseline));
-    let (mut a, _a_table) = instance(&ours, "ab_head").await;
-    let (mut b, _b_table) = instance(&theirs, "ab_base").await;
 
     let mut md = format!(
         "A/B: this tree's component ({}) against the baseline's ({}, commit {}), {pairs} pairs \
          per operation taking turns; ratio: the median of this tree's time over the baseline's, \
-         pair by pair. Bound: {BOUND}x.\n\n| operation | this tree p50 ms | baseline p50 ms | \
-         ratio |\n|---|---:|---:|---:|\n",
+         pair by pair. Bound: {BOUND}x, in at least one of up to {ROUNDS} rounds (a further \
+         round runs only while an operation is out of bounds).\n",
         head.display(),
         baseline.display(),
         commit.trim()
     );
-    let mut failed = Vec::new();
-    let mut n = 100;
-    for op in OPERATIONS {
-        let (mut mine, mut base, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for pair in 0..pairs {
-            n += 1;
-            let mut timed = |elapsed: f64, ours: bool| {
-                if ours {
-                    mine.push(elapsed)
-                } else {
-                    base.push(elapsed)
-                }
-            };
-            // The order flips every pair, so neither side always runs on a warmer server.
-            for ours_first in [pair % 2 == 0, pair % 2 == 1] {
-                let started = Instant::now();
-                if ours_first {
-                    call(&mut a, op, n).await;
-                } else {
-                    call(&mut b, op, n).await;
-                }
-                timed(started.elapsed().as_secs_f64() * 1000.0, ours_first);
-            }
-            ratios.push(mine[mine.len() - 1] / base[base.len() - 1]);
-        }
-        let ratio = median(ratios);
-        let _ = writeln!(
+    // Each operation's best ratio so far.
+    let mut best = [f64::INFINITY; OPERATIONS.len()];
+    for r in 0..ROUNDS {
+        let measured = round(&ours, &theirs, pairs, r % 2 == 0).await;
+        let _ = write!(
             md,
-            "| {op} | {:.2} | {:.2} | {ratio:.2}x |",
-            median(mine),
-            median(base)
+            "\nRound {} (tables of this tree's component created {}):\n\n| operation | this tree \
+             p50 ms | baseline p50 ms | ratio |\n|---|---:|---:|---:|\n",
+            r + 1,
+            if r % 2 == 0 { "first" } else { "second" }
         );
-        if ratio > BOUND {
-            failed.push(format!(
-                "{op}: {ratio:.2}x the baseline's time (bound {BOUND}x)"
-            ));
+        for ((op, m), best) in OPERATIONS.iter().zip(&measured).zip(&mut best) {
+            let _ = writeln!(
+                md,
+                "| {op} | {:.2} | {:.2} | {:.2}x |",
+                m.mine_ms, m.base_ms, m.ratio
+            );
+            *best = best.min(m.ratio);
+        }
+        if best.iter().all(|&ratio| ratio <= BOUND) {
+            break;
         }
     }
-    a.close().await.expect("closes");
-    b.close().await.expect("closes");
+    let failed: Vec<String> = OPERATIONS
+        .iter()
+        .zip(best)
+        .filter(|(_, ratio)| *ratio > BOUND)
+        .map(|(op, ratio)| {
+            format!(
+                "{op}: at best {ratio:.2}x the baseline's time in {ROUNDS} rounds (bound {BOUND}x)"
+            )
+        })
+        .collect();
     println!("{md}");
     let out = root.join("target/bench");
     std::fs::create_dir_all(&out).expect("target/bench");
