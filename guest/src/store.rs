@@ -516,20 +516,25 @@ impl<T: Transport, H: Platform> Store<T, H> {
         let seqs = self.session.ordinals(&ids)?;
         drop(ids);
         // The buffer is sized once, so that it never doubles (at 100,000 states a doubling is
-        // tens of MiB of the instance's memory): each row's text, escapes included, and what
+        // tens of MiB of the instance's memory): each row's text as JSON escapes it, and what
         // the first row encoded took besides (names, version, origin), with room for longer
-        // numbers.
-        let escaped =
-            |text: &str| text.len() + text.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
-        let text = |s: &State| escaped(&s.partial) + escaped(&s.completed) + escaped(&s.state_id);
+        // numbers. Only an estimate: a reservation that fails leaves the buffer to grow.
+        let text =
+            |s: &State| json_len(&s.partial) + json_len(&s.completed) + json_len(&s.state_id);
         let mut data = Vec::new();
+        if let Some((first, _)) = rows.first() {
+            let _ = data.try_reserve_exact(text(first).saturating_add(ROW_OVERHEAD));
+        }
         for (index, ((state, version_ms), seq)) in rows.iter().zip(seqs).enumerate() {
             self.session
                 .sql
                 .encode_state(state.row(*version_ms), origin, seq, &mut data)?;
             if index == 0 {
-                let besides = data.len().saturating_sub(text(state)) + 32;
-                data.reserve_exact(rows[1..].iter().map(|(s, _)| text(s) + besides).sum());
+                let besides = data.len().saturating_sub(text(state)).min(ROW_OVERHEAD) + 32;
+                let rest = rows[1..]
+                    .iter()
+                    .fold(0usize, |sum, (s, _)| sum.saturating_add(text(s) + besides));
+                let _ = data.try_reserve_exact(rest);
             }
         }
         let token = self.session.new_token();
@@ -540,6 +545,22 @@ impl<T: Transport, H: Platform> Store<T, H> {
         self.session
             .insert(&self.session.sql.insert_states(data, &token).landing(lands))
     }
+}
+
+/// What a row of `insert` takes besides its texts, at most: the column names, the version and
+/// the origin columns (about 200 bytes with the history on).
+const ROW_OVERHEAD: usize = 512;
+
+/// The length of `text` as a JSON string's contents: serde_json writes `"`, `\` and the
+/// control characters with a short escape (two bytes) or as `\u00XX` (six).
+fn json_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 fn validate_size(state: &State) -> Result<()> {
@@ -577,6 +598,22 @@ fn validate_state(state: &State) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_texts_length_in_json_is_what_serde_json_writes() {
+        let every_byte: String = (0u8..0x80).map(char::from).collect();
+        for text in [
+            "",
+            "plain",
+            "{\"a\":\"b\\\\c\"}",
+            "{\n\t\r}",
+            "é ü 日本",
+            &every_byte,
+        ] {
+            let written = serde_json::to_string(text).expect("a string encodes");
+            assert_eq!(json_len(text), written.len() - 2, "{text:?}");
+        }
+    }
 
     #[test]
     fn objects_only() {
