@@ -6,7 +6,8 @@ Meltano's ``StateStoreManager`` API, in one run, it times ``set``, ``get``, ``st
 steady ``update`` for ours (the adapter, its host kept by the bridge) and for the original's
 test copy (``python/tests/original_backend.py``), against the instant server (the floor) and
 against the real local ClickHouse; then the CLI per call (process start, a whole ``get``).
-Writes section 10 of ``tests/benches/results/report.md``.
+Writes section 10 of ``tests/benches/results/report.md``, and fails when a call's floor (p50) is
+more than BOUND times the original's in this run.
 
   .venv/bin/python tests/benches/floor.py            (or `just bench-floor`)
 
@@ -40,6 +41,8 @@ from conftest import TRIPWIRE, ClickHouse  # noqa: E402
 from original_backend import OriginalStateStoreManager  # noqa: E402
 
 CALLS = ("set", "get", "state-ids", "update")
+# The goal: per Meltano call, ours costs at most this much of the original's floor (p50).
+BOUND = 1.15
 BACKENDS = ("ours", "original")
 
 
@@ -318,7 +321,22 @@ def main() -> int:
     )
     print(report)
     write_section(args.out, "floor", report)
-    return 1 if tripped else 0
+    over = out_of_bounds(times)
+    for line in over:
+        print(line, file=sys.stderr)
+    return 1 if tripped or over else 0
+
+
+def out_of_bounds(times: dict) -> list[str]:
+    """Each call whose floor (p50) is more than BOUND times the original's, in this run."""
+    over = []
+    for call in CALLS:
+        ratio = p50(times["instant"]["ours"][call]) / p50(times["instant"]["original"][call])
+        if ratio > BOUND:
+            over.append(
+                f"{call}: the floor is {ratio:.2f}x the original's (goal: at most {BOUND}x)"
+            )
+    return over
 
 
 def write_section(path: Path, name: str, body: str) -> None:

@@ -22,7 +22,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 use state_host::clock::Clock;
 use state_host::{Backend, Error};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::request::{Request, Session, info_json};
 
@@ -43,13 +43,15 @@ pub fn startup_failure(error: &Error, setting: Option<&str>) {
 pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
     let mut stop = stop_on_signal();
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let mut stdout = tokio::io::stdout();
+    // Answers are written straight to the pipe: a line of a few KB does not block, and tokio's
+    // stdout would hand each write and flush to a blocking thread and back.
+    let mut stdout = std::io::stdout().lock();
     let deadline_ms = u64::try_from(backend.call_deadline().as_millis()).unwrap_or(u64::MAX);
     let ready =
         json!({"ready": {"version": env!("CARGO_PKG_VERSION"), "call_deadline_ms": deadline_ms}})
             .to_string()
             + "\n";
-    if stdout.write_all(ready.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+    if stdout.write_all(ready.as_bytes()).is_err() || stdout.flush().is_err() {
         return backend.close().await;
     }
     let mut session = Session::default();
@@ -105,7 +107,7 @@ pub async fn serve_stdio(mut backend: Backend) -> Result<(), Error> {
         };
         let mut text = answer.to_string();
         text.push('\n');
-        if stdout.write_all(text.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+        if stdout.write_all(text.as_bytes()).is_err() || stdout.flush().is_err() {
             break;
         }
         if *stop.borrow() {
