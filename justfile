@@ -161,36 +161,45 @@ model-wide:
     cargo test -p lock-model --test check -- --nocapture --test-threads=1 --ignored
 
 # Mutation testing of the lock protocol, each part against the oracle that can see it. First
-# the pure code (cargo-mutants, about two hours: a mutant that survives runs the six model checks
-# to the end): the fenced update machine, the log's folds and the guard's rule in Rust
-# (fenced.rs), the set's, the deployment's settings and the guard's SQL builders against the
-# guest's unit tests and the model's main checks; then settle mode's machine against its own
-# checks. The functions that send the lock's statements (those of fenced.rs that take a
-# session), which no native oracle runs, are left to `just mutants-engine`. Outcomes in
+# the protocol crate's code (cargo-mutants, about two hours: a mutant that survives runs the six
+# model checks to the end): the fenced update machine, the log's folds, the guard's rule in
+# Rust, the set's, the deployment's settings, and the guest's SQL builders of the guard, against
+# the unit tests and the model's main checks; then settle mode's machine against its own
+# checks. The functions that send the lock's statements (the guest's lock/fenced.rs, each takes
+# a session), which no native oracle runs, are left to `just mutants-engine`. Outcomes in
 # .local/mutants*/mutants.out, written to docs/mutants/ (docs/lock.md quotes them) whatever they
 # are; fails if a mutant was missed or timed out. `just mutants --iterate` tests only what was not
 # caught before
 mutants *ARGS:
-    -cargo mutants {{ARGS}} -p clickhouse-state-guest \
-        --file guest/src/lock/update.rs --file guest/src/lock/fenced.rs --file guest/src/set.rs \
-        --file guest/src/deployment.rs --file guest/src/sql/state.rs --file guest/src/sql/guard.rs \
-        --re 'update\.rs|fenced\.rs|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
-        --exclude-re '{{fenced_io}}' \
-        --test-package clickhouse-state-guest --test-package lock-model \
+    -cargo mutants {{ARGS}} -p clickhouse-state-protocol -p clickhouse-state-guest \
+        --file protocol/src/update/mod.rs \
+        --file protocol/src/update/claim.rs \
+        --file protocol/src/update/grant.rs \
+        --file protocol/src/update/kept.rs \
+        --file protocol/src/update/limits.rs \
+        --file protocol/src/update/renewal.rs \
+        --file protocol/src/update/step.rs \
+        --file protocol/src/update/write.rs \
+        --file protocol/src/fenced.rs --file protocol/src/guard.rs \
+        --file protocol/src/set.rs --file protocol/src/deployment.rs \
+        --file guest/src/sql/state.rs --file guest/src/sql/guard.rs \
+        --re 'update/|fenced\.rs|guard\.rs|/set\.rs|deployment\.rs|write_guarded|guard_holds|set_unless_newer|guard_condition' \
+        --test-package clickhouse-state-protocol --test-package clickhouse-state-guest \
+        --test-package lock-model \
         --test-tool nextest --baseline skip --timeout 900 -o .local/mutants \
         -- -P mutants --lib --test check -E 'kind(lib) | test(/^(fenced_with_two_clients|\
         fenced_with_an_insert_given_up|fenced_with_kept_grants|fenced_on_a_replicated_cluster|\
         without_quorum|fenced_with_two_unlocked_setters)/)'
-    -cargo mutants {{ARGS}} -p clickhouse-state-guest --file guest/src/lock/settle.rs \
+    -cargo mutants {{ARGS}} -p clickhouse-state-protocol --file protocol/src/settle.rs \
         --re 'settle\.rs.*(Try::|winner|established|cutoff_s)' \
-        --test-package clickhouse-state-guest --test-package lock-model \
+        --test-package clickhouse-state-protocol --test-package lock-model \
         --test-tool nextest --baseline skip --timeout 300 -o .local/mutants-settle \
         -- -P mutants --lib --test check -E 'kind(lib) | test(/^settle_mode/)'
     {{just_executable()}} mutants-report
 
 # The functions of fenced.rs that send the lock's statements (each takes a session): what
 # `just mutants` leaves out, and `just mutants-engine` mutates against the engine's tests
-fenced_io := '^guest/src/lock/fenced\.rs:[0-9]+:[0-9]+: .*(replace|in) (prune_if_due|newest|append|say_wanted|attempt|claim|append_claim|doubt_outcome|resolve_doubt|withdraw_doubt|release|renew|info|force_unlock|confirm_held)( |$)'
+fenced_io := '^guest/src/lock/fenced\.rs:[0-9]+:[0-9]+: .*(replace|in) (prune_if_due|newest|append|say_wanted|attempt|claim|append_claim|doubt_outcome|resolve_doubt|withdraw_doubt|release|info|force_unlock|confirm_held)( |$)'
 
 # Mutants of the lock's sending functions (fenced_io above), which only ClickHouse can judge:
 # each is written into the source, the component built, and the engine's lock tests run on it

@@ -11,3 +11,4 @@ pub mod error;
 pub mod merge;
 pub mod settings;
 pub mod uri;
+mod values;

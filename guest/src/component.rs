@@ -3,20 +3,16 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use crate::bindings::exports::meltano::state_backend::backend::{
+    self as api, Guest, GuestLock, GuestStore,
+};
+use crate::bindings::meltano::state_backend::{clock, log, types as wit};
+use crate::bindings::wasi;
 use crate::error::Error;
-use crate::lock::LockHandle;
 use crate::session::{Level, Platform};
 use crate::store::{State, Store};
 use crate::wasi_http::WasiHttp;
-
-wit_bindgen::generate!({
-    path: "../wit",
-    world: "clickhouse-state-backend",
-    generate_all,
-});
-
-use exports::meltano::state_backend::backend::{self as api, Guest, GuestLock, GuestStore};
-use meltano::state_backend::{clock, log, types as wit};
+use protocol::grant::LockHandle;
 
 /// Time, randomness and logging from the host's imports.
 pub struct WasiPlatform;
@@ -375,4 +371,4 @@ fn to_wit(error: Error) -> wit::Error {
     }
 }
 
-export!(Component);
+crate::bindings::export!(Component);

@@ -8,12 +8,12 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::http::Transport;
-use crate::lock::LockHandle;
 use crate::merge::{or_empty, parse_object};
 use crate::rows::{HistoryEntry, HistoryExtent};
 use crate::session::Platform;
 use crate::sql::{Op, Point};
 use crate::store::{State, Store, validate_state_id};
+use protocol::grant::LockHandle;
 
 /// The most versions one `history` call lists.
 pub const MAX_LIMIT: u32 = 10_000;

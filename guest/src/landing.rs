@@ -26,7 +26,8 @@ use crate::error::{Error, Result};
 use crate::http::Transport;
 use crate::rows;
 use crate::session::{Level, Platform, Session};
-use crate::sql::{Query, Role};
+use crate::sql::Query;
+use protocol::role::Role;
 
 /// What an INSERT's `written_rows` says of `rows` rows that each land in `fanout` tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,12 +6,14 @@
 use std::cell::Cell;
 
 use crate::config::Config;
-use crate::deployment::{self, Consistency, Kind, Observation};
 use crate::error::{Error, Result};
 use crate::http::{Answer, Client, Transport};
-use crate::retry::{self, Next};
 use crate::rows::{self, Decode, FromRow};
 use crate::sql::{Query, Read, Statements};
+use protocol::deployment::{self, Consistency, Kind};
+pub use protocol::env::Level;
+use protocol::retry::{self, Next};
+use protocol::rows::Observation;
 
 /// What the guest asks of its host besides HTTP: time, randomness and a log.
 pub trait Platform {
@@ -19,14 +21,6 @@ pub trait Platform {
     fn sleep_ms(&self, ms: u64);
     fn random_u128(&self) -> u128;
     fn log(&self, level: Level, message: &str);
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Debug,
-    Info,
-    Warn,
-    Error,
 }
 
 /// A store's session with its ClickHouse: runs its queries.
@@ -317,25 +311,25 @@ impl<T: Transport, H: Platform> Session<T, H> {
     /// that would split the state (see `deployment`). A user who may not read the system
     /// tables gets a warning, not a refusal.
     fn check_deployment(&self) -> Result<Kind> {
-        let body = match self.run_checked(&self.sql.deployment(&crate::pinned::newer_names()).query)
-        {
-            Ok(answer) => answer.body,
-            // ACCESS_DENIED on the system tables (or a wrong password, which the next query
-            // reports again).
-            Err(Error::Unauthorized(e)) => {
-                self.host.log(
-                    Level::Warn,
-                    &format!(
-                        "cannot check the deployment (the tables' engines), so inserts carry \
+        let body =
+            match self.run_checked(&self.sql.deployment(&protocol::pinned::newer_names()).query) {
+                Ok(answer) => answer.body,
+                // ACCESS_DENIED on the system tables (or a wrong password, which the next query
+                // reports again).
+                Err(Error::Unauthorized(e)) => {
+                    self.host.log(
+                        Level::Warn,
+                        &format!(
+                            "cannot check the deployment (the tables' engines), so inserts carry \
                          the quorum settings, which a replicated table needs: {e}"
-                    ),
-                );
-                self.consistency.set(Consistency::unknown());
-                self.checked.set(true);
-                return Ok(Kind::Unknown);
-            }
-            Err(e) => return Err(e),
-        };
+                        ),
+                    );
+                    self.consistency.set(Consistency::unknown());
+                    self.checked.set(true);
+                    return Ok(Kind::Unknown);
+                }
+                Err(e) => return Err(e),
+            };
         let observed: Observation = rows::first(&body)?.unwrap_or_default();
         let kind = deployment::check(&self.config, &observed)?;
         self.history_view_missing

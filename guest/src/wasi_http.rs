@@ -1,11 +1,11 @@
 //! [`Transport`] over `wasi:http/outgoing-handler`: blocking, one request at a time.
 
-use crate::component::wasi::http::outgoing_handler;
-use crate::component::wasi::http::types::{
+use crate::bindings::wasi::http::outgoing_handler;
+use crate::bindings::wasi::http::types::{
     ErrorCode, Fields, FutureIncomingResponse, IncomingResponse, Method, OutgoingBody,
     OutgoingRequest, RequestOptions, Scheme as WasiScheme,
 };
-use crate::component::wasi::io::streams::StreamError;
+use crate::bindings::wasi::io::streams::StreamError;
 use crate::config::Scheme;
 use crate::http::{Request, Response, Transport, TransportError};
 

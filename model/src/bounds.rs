@@ -1,8 +1,8 @@
 //! The bounds of one check: how many clients, faults and ticks, and the guest's limits under them.
 
-use clickhouse_state::deployment::{Consistency, Kind};
-use clickhouse_state::lock::update::{self, Limits};
-use clickhouse_state::sql::Role;
+use protocol::deployment::{Consistency, Kind};
+use protocol::role::Role;
+use protocol::update::{self, Limits};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Protocol {

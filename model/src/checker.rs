@@ -2,9 +2,10 @@
 
 use std::collections::BTreeSet;
 
-use clickhouse_state::lock::Memory;
-use clickhouse_state::lock::fenced::{self, Event, LogEntry};
-use clickhouse_state::set as overwrite;
+use protocol::fenced::{self, LogEntry};
+use protocol::grant::Memory;
+use protocol::rows::Event;
+use protocol::set as overwrite;
 use stateright::{Model, Property};
 
 use crate::*;

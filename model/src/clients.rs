@@ -1,14 +1,17 @@
-//! The clients: each drives the guest's own update (or settle mode's try), its reads
+//! The clients: each drives the protocol crate's update (or settle mode's try), its reads
 //! answered from what one replica has, its inserts sent into the world.
 
-use clickhouse_state::error::Error;
-use clickhouse_state::lock::Attempt;
-use clickhouse_state::lock::fenced::{self, Event, LogEntry, Outlook};
-use clickhouse_state::lock::settle::{self, Candidate, Try};
-use clickhouse_state::lock::update::{Answer, Env, Statement, Step, Update};
-use clickhouse_state::session::Level;
-use clickhouse_state::set as overwrite;
-use clickhouse_state::sql::Guard;
+use protocol::env::Env;
+use protocol::env::Level;
+use protocol::error::Error;
+use protocol::fenced::{self, LogEntry};
+use protocol::grant::Attempt;
+use protocol::guard::Guard;
+use protocol::guard::admits;
+use protocol::rows::{Candidate, Event, Outlook};
+use protocol::set as overwrite;
+use protocol::settle::{self, Try};
+use protocol::update::{Answer, Statement, Step, Update};
 
 use crate::*;
 
@@ -165,7 +168,7 @@ impl LockModel {
     pub(crate) fn admits<'a>(guard: &Guard, view: impl Iterator<Item = &'a Row> + Clone) -> bool {
         let stored = final_state(view.clone()).map_or(0, |s| s.version);
         let claims = fenced::claims_on(log(view.clone()), guard.generation, None);
-        fenced::admits(guard, &fenced::fold(log(view)), &claims, stored)
+        admits(guard, &fenced::fold(log(view)), &claims, stored)
     }
 
     /// Runs `client`'s update from `step`: its reads are answered at once from what `replica`

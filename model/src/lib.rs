@@ -1,12 +1,13 @@
 //! A model of the lock and state protocol on ClickHouse, checked exhaustively by `stateright`.
 //!
-//! The clients run the guest's own protocol: each `update` is a `lock::update::Update`, the
-//! sans-IO state machine the component drives over HTTP, and every statement it asks for is
-//! answered here by a simulated ClickHouse. Reads of the lock log are folded by the guest's
-//! `fenced::fold` and `fenced::claims_on` (the Rust twins of its SQL), guarded writes are
-//! admitted by `fenced::admits`, and whether inserts reach every deciding read comes from the
-//! deployment's settings (`deployment::Consistency`). Unlocked `set`s are the guest's `set::Set`,
-//! and settle mode's tries its `lock::settle::Try`. The model owns only the world:
+//! The clients run the protocol crate's machines, the very ones the guest drives: each
+//! `update` is a `protocol::update::Update`, the sans-IO state machine the component drives
+//! over HTTP, and every statement it asks for is answered here by a simulated ClickHouse. Reads
+//! of the lock log are folded by `fenced::fold` and `fenced::claims_on` (the Rust twins of the
+//! guest's SQL), guarded writes are admitted by `guard::admits`, and whether inserts reach every
+//! deciding read comes from the deployment's settings (`deployment::Consistency`). Unlocked
+//! `set`s are `set::Set`, and settle mode's tries `settle::Try`. The model depends on the
+//! protocol crate alone, not on the guest. The model owns only the world:
 //!
 //! - **Time.** One global time; each client reads it through its own clock, off by up to
 //!   `skew`. Time advances by a step of its own, between any two other steps, so any client can

@@ -182,7 +182,7 @@ impl LockModel {
                 |m, w| {
                     (0..m.replicas).any(|replica| {
                         let view = w.view(replica);
-                        let newest = clickhouse_state::lock::fenced::fold(log(view.clone()));
+                        let newest = protocol::fenced::fold(log(view.clone()));
                         // The row `FINAL` returns: the highest version, the last inserted of equals.
                         let mut top: Option<(u64, u8)> = None;
                         for r in view.clone() {
@@ -202,7 +202,7 @@ impl LockModel {
                         // A grant that followed a release, still within its lease.
                         let followed_a_release = log(view.clone()).any(|e| {
                             e.generation + 1 == newest.generation
-                                && e.event == clickhouse_state::rows::Event::Release
+                                && e.event == protocol::rows::Event::Release
                         });
                         newest.generation >= 2
                             && followed_a_release

@@ -1,6 +1,6 @@
-//! Processes that `set` the state without the lock, each the guest's own `set::Set`.
+//! Processes that `set` the state without the lock, each the protocol's own `set::Set`.
 
-use clickhouse_state::set::{self as overwrite, Set};
+use protocol::set::{self as overwrite, Set};
 
 use crate::*;
 

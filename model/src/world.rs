@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use clickhouse_state::lock::Memory;
-use clickhouse_state::lock::fenced::LogEntry;
-use clickhouse_state::lock::settle::Try;
-use clickhouse_state::lock::update::{Statement, Update};
-use clickhouse_state::set::{self as overwrite, Set};
-use clickhouse_state::sql::Guard;
+use protocol::fenced::LogEntry;
+use protocol::grant::Memory;
+use protocol::guard::Guard;
+use protocol::set::{self as overwrite, Set};
+use protocol::settle::Try;
+use protocol::update::{Statement, Update};
 
 /// The rows of the three tables.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -350,7 +350,7 @@ pub(crate) fn partial_of(updates: u8) -> String {
 
 /// The updates a partial state holds (its `b<n>` keys).
 pub(crate) fn updates_in(partial: &str) -> u8 {
-    clickhouse_state::merge::parse_object(partial, "partial state")
+    protocol::merge::parse_object(partial, "partial state")
         .unwrap_or_default()
         .keys()
         .filter_map(|k| k.strip_prefix('b')?.parse::<u8>().ok())

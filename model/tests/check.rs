@@ -5,11 +5,11 @@
 
 use std::time::Instant;
 
-use clickhouse_state::deployment::Kind;
 use lock_model::{
     COMPLETES, EXCLUSIVE, FENCED, GIVES_BACK, HEEDS_WANT, LockModel, NOT_LOCKED_OUT, NOTHING_LOST,
     ONE_HOLDER, RECOVERS, SET_DONE, SET_KEPT, SET_ONCE, SET_PASSES_A_LIVE_FLOOR, UNCONTENDED,
 };
+use protocol::deployment::Kind;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 fn threads() -> usize {

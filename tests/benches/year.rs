@@ -15,9 +15,9 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use clickhouse_state::lock::fenced::{PRUNE_EVERY, PRUNE_KEEP};
 use integration_tests::state_host::State;
 use integration_tests::{SCHEMA, TestTable, machine_summary};
+use protocol::fenced::{PRUNE_EVERY, PRUNE_KEEP};
 
 #[allow(dead_code)]
 #[path = "report/stats.rs"]

@@ -1,13 +1,16 @@
-//! Drives the lock's sans-IO machines (`update`) over a [`Session`]: each statement becomes its
+//! Drives the lock's sans-IO machines (`protocol::update`) over a [`Session`]: each statement becomes its
 //! SQL, sent with the executor's retries; pauses are the host's sleep.
 
-use super::update::{Answer, Env, Limits, Renewal, Renewing, Statement, Step, Update};
-use super::{LockHandle, Locks, fenced};
+use super::{Locks, fenced};
 use crate::error::Result;
 use crate::http::Transport;
 use crate::rows;
 use crate::session::{Level, Platform, Session};
 use crate::sql::{Op, Origin, StateRow};
+use protocol::env::Env;
+use protocol::grant::LockHandle;
+use protocol::rows::Event;
+use protocol::update::{Answer, Limits, Renewal, Renewing, Statement, Step, Update};
 
 /// The executor's host as the machines' [`Env`].
 struct ExecEnv<'a, T, H>(&'a Session<T, H>);
@@ -122,13 +125,13 @@ fn send<T: Transport, H: Platform>(
             state_id,
             generation,
         } => Answer::Claims(session.fetch(&session.sql.log_claims(state_id, *generation, true))?),
-        Statement::Append(entry) if entry.event == fenced::Event::Want => {
+        Statement::Append(entry) if entry.event == Event::Want => {
             fenced::say_wanted(session, entry)?;
             Answer::Appended
         }
         Statement::Append(entry) => {
             fenced::append(session, entry)?;
-            if entry.event == fenced::Event::Acquire {
+            if entry.event == Event::Acquire {
                 fenced::prune_if_due(session, &entry.state_id, entry.generation);
             }
             Answer::Appended

@@ -1,4 +1,5 @@
-//! Advisory locks on state ids, in two protocols behind one interface.
+//! Advisory locks on state ids, in two protocols behind one interface, over a session (the
+//! protocols themselves, sans IO: `protocol::{fenced, settle, update}`).
 //!
 //! - [`fenced`] (the default): generations in an append-only lock log. No sleep when nobody
 //!   contends, a renewable lease, and a fencing token per grant that bounds the versions its
@@ -7,14 +8,12 @@
 //!   that still run the Python backend.
 //!
 //! Both run the same wait loop here: try, and while another holds the lock, sleep with the
-//! host's sleep ([`wait`]: `lock_retry_seconds`, longer while others win the hand-offs) until
+//! host's sleep ([`Wait`]: `lock_retry_seconds`, longer while others win the hand-offs) until
 //! `lock_timeout_seconds`.
 
 pub mod drive;
 pub mod fenced;
 pub mod settle;
-pub mod update;
-pub mod wait;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,75 +22,10 @@ use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
 use crate::http::Transport;
 use crate::session::{Level, Platform, Session};
-
-/// A granted lock.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LockHandle {
-    pub state_id: String,
-    /// Who holds it: a random id per grant.
-    pub owner: String,
-    /// The fencing token: the generation (fenced mode), 0 in settle mode.
-    pub token: u64,
-    pub acquired_at_ms: u64,
-    /// The holder may act (and write) until then; `renew` moves it.
-    pub lease_until_ms: u64,
-    /// Writes under this grant use versions at least this high (fenced mode).
-    pub floor_ms: u64,
-    /// The highest version written under this grant.
-    pub last_written_ms: u64,
-    pub mode: LockMode,
-}
-
-/// A claim whose read-back failed, and the generation it followed: whether it won is decided by
-/// the same rule as a read-back's (`fenced::decide_claim`), once the log can be read.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Doubt {
-    pub handle: LockHandle,
-    pub followed: fenced::NewestGeneration,
-}
-
-/// A grant kept between updates (linger), with the state its last write stored.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Kept {
-    pub handle: LockHandle,
-    pub basis: Option<StoredRow>,
-    pub last_used_ms: u64,
-    /// When `idle` last looked in the log whether another instance wants the grant.
-    pub checked_ms: u64,
-}
-
-/// What the lock remembers of one state id between calls.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Memory {
-    /// The grant `update` kept for the next update (linger).
-    pub kept: Option<Kept>,
-    /// The generation this instance released last: the next claim follows it without reading
-    /// first (an `update`'s, unless the id is shared).
-    pub released: Option<fenced::NewestGeneration>,
-    /// A claim whose fate is unknown (its read-back or a write under it failed): the claim may
-    /// have won, so the next try looks in the log whether it did (see `fenced`).
-    pub doubt: Option<Doubt>,
-    /// The state this instance last wrote under a grant it then released: the basis of the
-    /// next claim's first write (the guard refuses it if it is stale).
-    pub last_written: Option<StoredRow>,
-    /// Until then the id is shared with another instance (see [`Memory::shared`]).
-    pub shared_until_ms: u64,
-}
-
-impl Memory {
-    /// Whether another instance wrote the id lately: an `update` of this one waited for it or
-    /// lost a claim to it less than a lease ago, or has found its generations the newest since.
-    /// `update` then keeps no grant (linger) and reads the log before it claims: a kept grant
-    /// would make the other wait until the keeper sees its `want` (a look or a renewal away),
-    /// and a claim without reading would follow a generation that is no longer the newest.
-    pub fn shared(&self, now_ms: u64) -> bool {
-        now_ms < self.shared_until_ms
-    }
-
-    fn is_empty(&self) -> bool {
-        self == &Memory::default()
-    }
-}
+use protocol::fenced::{lease_margin_ms, near_lease_end, want};
+use protocol::grant::{Attempt, Kept, LockHandle, Memory, Proposed, propose_version};
+use protocol::update::Limits;
+use protocol::wait::Wait;
 
 /// What the lock remembers of this instance between calls, per state id.
 #[derive(Default)]
@@ -171,16 +105,6 @@ impl Locks {
     }
 }
 
-/// A state read together with the grant (see `rows::StoredTuple`).
-pub use crate::rows::StoredTuple as StoredRow;
-
-/// The outcome of one try.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Attempt {
-    Granted(LockHandle),
-    Held(LockInfo),
-}
-
 pub fn acquire<T: Transport, H: Platform>(
     session: &Session<T, H>,
     locks: &Locks,
@@ -188,7 +112,7 @@ pub fn acquire<T: Transport, H: Platform>(
 ) -> Result<LockHandle> {
     let config = &session.config;
     let deadline = session.host.now_ms().saturating_add(config.lock_timeout_ms);
-    let mut wait = wait::Wait::default();
+    let mut wait = Wait::default();
     loop {
         let attempt = match config.lock_mode {
             LockMode::Fenced => fenced::attempt(session, locks, state_id)?,
@@ -211,14 +135,14 @@ pub fn acquire<T: Transport, H: Platform>(
     }
 }
 
-/// One pause of the wait loop while `holder` has the lock (see [`wait`]): `Locked` once
+/// One pause of the wait loop while `holder` has the lock (see [`Wait`]): `Locked` once
 /// `deadline` has passed.
 pub fn pause<T: Transport, H: Platform>(
     session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
     deadline: u64,
-    wait: &mut wait::Wait,
+    wait: &mut Wait,
     holder: LockInfo,
 ) -> Result<()> {
     let now = session.host.now_ms();
@@ -234,7 +158,7 @@ pub fn pause<T: Transport, H: Platform>(
         .clamp(1, deadline - now);
     if session.config.lock_mode == LockMode::Fenced && wait.should_want(holder.token) {
         // A hint for a keeper (see `idle`): one try, and its failure changes nothing.
-        let row = fenced::want(&holder, now);
+        let row = want(&holder, now);
         if let Err(e) = fenced::say_wanted(session, &row) {
             session.host.log(
                 Level::Debug,
@@ -264,7 +188,7 @@ pub fn within_lease<T: Transport, H: Platform, R>(
     lock: &LockHandle,
     f: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    let margin = fenced::lease_margin_ms(session.config.lock_lease_ms);
+    let margin = lease_margin_ms(session.config.lock_lease_ms);
     session.retrying_until(lock.lease_until_ms.saturating_sub(margin), f)
 }
 
@@ -274,7 +198,13 @@ pub fn renew<T: Transport, H: Platform>(
     lock: &mut LockHandle,
 ) -> Result<()> {
     match lock.mode {
-        LockMode::Fenced => fenced::renew(session, lock),
+        LockMode::Fenced => {
+            let until = session
+                .host
+                .now_ms()
+                .saturating_add(session.config.lock_lease_ms);
+            drive::renew(session, lock, until)
+        }
         LockMode::Settle => settle::renew(session, lock),
     }
 }
@@ -299,37 +229,6 @@ pub fn force_unlock<T: Transport, H: Platform>(
         LockMode::Fenced => fenced::force_unlock(session, state_id),
         LockMode::Settle => settle::force_unlock(session, state_id),
     }
-}
-
-/// A version for a write under a lock, before the fence decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proposed {
-    /// Within the grant's lease: safe to write.
-    Within(u64),
-    /// Above the lease end because something stored is newer than the lease: either a later
-    /// holder wrote it (the lock is lost) or a writer whose clock is ahead did; the lock log
-    /// tells which.
-    AboveLease(u64),
-}
-
-/// The version for a state write under `lock`: the host's clock, above what is stored and above
-/// the grant's floor. A holder whose lease has run out has lost the lock.
-pub fn propose_version(lock: &LockHandle, now_ms: u64, stored_ms: u64) -> Result<Proposed> {
-    let version = now_ms.max(stored_ms.saturating_add(1)).max(lock.floor_ms);
-    if lock.mode == LockMode::Settle {
-        return Ok(Proposed::Within(version));
-    }
-    if now_ms > lock.lease_until_ms {
-        return Err(Error::LockLost(format!(
-            "the lease on {:?} (token {}) ended at {} ms; renew it before writing",
-            lock.state_id, lock.token, lock.lease_until_ms
-        )));
-    }
-    Ok(if version > lock.lease_until_ms {
-        Proposed::AboveLease(version)
-    } else {
-        Proposed::Within(version)
-    })
 }
 
 /// The fenced version for a state write under `lock` (see `fenced` for why this is safe),
@@ -362,7 +261,7 @@ pub fn write_version<T: Transport, H: Platform>(
 /// wants (all of them with `all`); returns when to be called next, if any grant is left.
 ///
 /// A grant idle for a retry interval (`lock_retry_seconds`) is looked up in the log once per
-/// interval: a waiter that found it held appended a `want` row (`fenced::want`), and it is given
+/// interval: a waiter that found it held appended a `want` row ([`want`]), and it is given
 /// back at once, so that the waiter waits about one interval rather than the linger. A stream
 /// faster than the interval never looks (its renewals read the log instead; see `update`).
 pub fn idle<T: Transport, H: Platform>(
@@ -387,7 +286,7 @@ pub fn idle<T: Transport, H: Platform>(
                 match &newest {
                     Ok(n) if n.wanted != 0 || !n.still_held_by(&kept.handle) => {
                         m.shared_until_ms =
-                            now.saturating_add(update::Limits::of(&session.config).lease_ms);
+                            now.saturating_add(Limits::of(&session.config).lease_ms);
                         wanted.extend(m.kept.take());
                     }
                     Ok(_) => {}
@@ -455,7 +354,7 @@ pub fn confirm_write<T: Transport, H: Platform>(
     session: &Session<T, H>,
     lock: &LockHandle,
 ) -> Result<()> {
-    let late = fenced::near_lease_end(
+    let late = near_lease_end(
         session.host.now_ms(),
         lock.lease_until_ms,
         session.config.lock_lease_ms,
@@ -469,68 +368,4 @@ pub fn confirm_write<T: Transport, H: Platform>(
         )),
         other => other,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn handle(floor: u64, until: u64) -> LockHandle {
-        LockHandle {
-            state_id: "s".into(),
-            owner: "me".into(),
-            token: 7,
-            acquired_at_ms: 1_000,
-            lease_until_ms: until,
-            floor_ms: floor,
-            last_written_ms: 0,
-            mode: LockMode::Fenced,
-        }
-    }
-
-    #[test]
-    fn versions_follow_the_clock_above_what_is_stored_and_the_floor() {
-        let lock = handle(0, 10_000);
-        assert_eq!(
-            propose_version(&lock, 2_000, 1_500).unwrap(),
-            Proposed::Within(2_000)
-        );
-        assert_eq!(
-            propose_version(&lock, 2_000, 2_500).unwrap(),
-            Proposed::Within(2_501)
-        );
-        let lock = handle(5_000, 10_000);
-        assert_eq!(
-            propose_version(&lock, 2_000, 0).unwrap(),
-            Proposed::Within(5_000)
-        );
-    }
-
-    #[test]
-    fn a_write_past_the_lease_is_refused() {
-        let lock = handle(0, 10_000);
-        assert!(matches!(
-            propose_version(&lock, 10_001, 0),
-            Err(Error::LockLost(_))
-        ));
-    }
-
-    #[test]
-    fn a_newer_stored_version_needs_the_log_to_decide() {
-        let lock = handle(0, 10_000);
-        assert_eq!(
-            propose_version(&lock, 5_000, 10_000).unwrap(),
-            Proposed::AboveLease(10_001)
-        );
-    }
-
-    #[test]
-    fn settle_mode_has_no_fence() {
-        let mut lock = handle(0, 10_000);
-        lock.mode = LockMode::Settle;
-        assert_eq!(
-            propose_version(&lock, 20_000, 0).unwrap(),
-            Proposed::Within(20_000)
-        );
-    }
 }

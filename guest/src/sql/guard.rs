@@ -1,24 +1,7 @@
 //! The condition under which a state write under the fenced lock lands.
 
 use super::{Query, Statements};
-
-/// What a guarded state write requires when the server evaluates it: the lock's grant is the
-/// newest generation, neither released nor forced open, and, while it is a claim not yet
-/// confirmed, claimed by its owner alone, with the grant it replaced not renewed past
-/// `previous_until` (`u64::MAX`: no such check); and the stored version is still
-/// `expected_version` (what the write merged into: 0 for none). `lock::fenced::admits` is the
-/// same rule in Rust.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Guard {
-    pub state_id: String,
-    pub generation: u64,
-    pub owner: String,
-    /// The grant was confirmed (by an earlier write or read-back): a late rival claim on its
-    /// generation, which lost, does not matter any more.
-    pub confirmed: bool,
-    pub previous_until: u64,
-    pub expected_version: u64,
-}
+use protocol::guard::Guard;
 
 /// The guard as an aggregate condition over the id's lock log (the statement's own table,
 /// read `FROM log AS l WHERE state_id = {id:String}`), and the query carrying its parameters.

@@ -342,7 +342,7 @@ impl Statements {
 
 /// Ids per `history_seqs` request, at most, in bytes: as a guarded write's state, well within
 /// the URL a server accepts.
-pub const SEQ_IDS_MAX_BYTES: usize = super::state::GUARDED_MAX_BYTES;
+pub const SEQ_IDS_MAX_BYTES: usize = super::query::PARAMS_MAX_BYTES;
 
 /// The table's TTL clause, with its leading space ("" for none).
 fn history_ttl(days: u32) -> String {

@@ -1,13 +1,12 @@
 //! The fenced protocol's statements on its lock log.
 
 use super::{Query, Read, Statements};
-use crate::rows;
 
 impl Statements {
     /// The newest generation of an id, folded into one row (none when the id was never locked):
     /// `{"generation", "holder", "acquired_at", "lease_until", "grant_floor", "released",
     /// "release_cap", "forced", "wanted"}` (times in unix milliseconds).
-    pub fn log_state(&self, state_id: &str) -> Read<rows::NewestGeneration> {
+    pub fn log_state(&self, state_id: &str) -> Read<protocol::rows::NewestGeneration> {
         Query::new(format!(
             "SELECT generation, {NEWEST_FOLD}, {wanted} FROM {log} WHERE state_id = {{id:String}} \
              AND generation = (SELECT max(generation) FROM {log} WHERE state_id = {{id:String}}) \
@@ -23,7 +22,7 @@ impl Statements {
     /// What an `update` needs before it claims, in one row: the newest generation as
     /// `log_state` folds it (generation 0 when the id was never locked) and the stored state
     /// (`"stored": [[partial, completed, version]]`, or `[]`).
-    pub fn log_outlook(&self, state_id: &str) -> Read<rows::Outlook> {
+    pub fn log_outlook(&self, state_id: &str) -> Read<protocol::rows::Outlook> {
         Query::new(format!(
             // No GROUP BY: one row even for an id never locked (its aggregates are zeros).
             // The table is aliased so that `l.generation` is the column, not the result.
@@ -75,7 +74,7 @@ impl Statements {
         state_id: &str,
         generation: u64,
         with_state: bool,
-    ) -> Read<rows::Claim> {
+    ) -> Read<protocol::rows::Claim> {
         let stored = if with_state {
             self.stored_column()
         } else {

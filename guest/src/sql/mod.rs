@@ -15,10 +15,10 @@ mod schema;
 mod settle;
 mod state;
 
-pub use guard::Guard;
 pub use history::{Op, Origin, Point, SEQ_IDS_MAX_BYTES};
-pub use query::{Query, Read, Role, escape_param, quote_identifier};
-pub use state::{GUARDED_MAX_BYTES, LIVE, StateRow};
+pub use query::PARAMS_MAX_BYTES;
+pub use query::{Query, Read, escape_param, quote_identifier};
+pub use state::{LIVE, StateRow};
 
 use crate::config::Config;
 

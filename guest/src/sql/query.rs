@@ -3,6 +3,14 @@
 
 use std::marker::PhantomData;
 
+use protocol::role::Role;
+
+/// Largest value (in bytes, all of a statement's together) sent as query parameters: a guarded
+/// write's or a one-trip `set`'s state, a batch of ids. They travel in the URL, which servers
+/// cap (1 MiB by default, after percent-encoding, which can triple JSON); larger states take
+/// two round trips.
+pub const PARAMS_MAX_BYTES: usize = 64 * 1024;
+
 /// One request to ClickHouse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
@@ -14,7 +22,7 @@ pub struct Query {
     /// INSERT data. When present, the SQL travels in the URL and this in the body.
     pub data: Option<std::rc::Rc<Vec<u8>>>,
     /// What the query does: the deployment adds the settings this role needs there (see
-    /// `deployment::Consistency`).
+    /// `protocol::deployment::Consistency`).
     pub role: Role,
     /// How many tables each row an INSERT writes lands in (the history and, through its view,
     /// the state table): `written_rows` counts them all.
@@ -22,25 +30,6 @@ pub struct Query {
     /// The state rows an INSERT writes, each its id and version: what the session checks it
     /// wrote against (see `crate::landing`). Empty for other statements.
     pub lands: Vec<(String, u64)>,
-}
-
-/// What a query does, as far as consistency goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Role {
-    /// A read whose answer decides nothing (listing, counting, the schema check).
-    #[default]
-    Read,
-    /// A read that decides something (who holds a lock, what to merge into): it must see every
-    /// acknowledged write.
-    Deciding,
-    /// An INSERT: acknowledged only once stored where deciding reads see it, deduplicated by
-    /// its token when retried.
-    Insert,
-    /// An `INSERT ... SELECT ... WHERE` whose condition reads what decides it (the lock log,
-    /// the stored version): an insert and a deciding read at once.
-    GuardedInsert,
-    /// A DELETE (of the lock tables' rows).
-    Mutation,
 }
 
 /// A read statement and the row type its answer decodes to (see `rows`).

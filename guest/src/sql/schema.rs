@@ -1,7 +1,7 @@
 //! What `migrate` creates, per deployment kind, and the check of what exists.
 
 use super::{Query, Read, Statements};
-use crate::rows::{self, Event};
+use protocol::rows::Event;
 
 /// The lock log's `event` column type, from [`Event::ALL`].
 fn event_type() -> String {
@@ -130,7 +130,7 @@ impl Statements {
     /// setting, whether the history's view exists, and which of the settings `pinnable` it
     /// knows. `{"tables": [[name, engine]], "history_view", "replica_macro", "dedup_setting",
     /// "pinnable": [[name]], "clusters": [[name, replicas]]}`.
-    pub fn deployment(&self, pinnable: &[&str]) -> Read<rows::Observation> {
+    pub fn deployment(&self, pinnable: &[&str]) -> Read<protocol::rows::Observation> {
         Query::new(
             "SELECT (SELECT groupArray(tuple(name, engine)) FROM system.tables \
              WHERE database = {schema:String} AND name IN ({t0:String}, {t1:String}, {t2:String}, {t3:String})) AS tables, \

@@ -1,7 +1,6 @@
 //! Settle mode's statements, on the original backend's lock table.
 
 use super::{Query, Read, Statements};
-use crate::rows;
 
 impl Statements {
     /// Removes candidates older than `cutoff_s` (unix seconds).
@@ -16,7 +15,11 @@ impl Statements {
     }
 
     /// Live candidates, lowest lock id first, as JSONEachRow `{"lock_id", "locked_at_s"}`.
-    pub fn lock_candidates(&self, state_id: &str, cutoff_s: u64) -> Read<rows::Candidate> {
+    pub fn lock_candidates(
+        &self,
+        state_id: &str,
+        cutoff_s: u64,
+    ) -> Read<protocol::rows::Candidate> {
         Query::new(format!(
             "SELECT lock_id, toUInt64(toUnixTimestamp(locked_at)) AS locked_at_s FROM {} \
              WHERE state_id = {{id:String}} AND locked_at >= toDateTime({{cutoff:UInt32}}) \

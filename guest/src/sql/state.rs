@@ -1,10 +1,13 @@
 //! The state table's statements, and the rows they write.
 
-use super::guard::{Guard, guard_condition};
+use super::guard::guard_condition;
 use super::history::{ORIGIN_COLUMNS, Origin, bind_origin};
-use super::{Query, Read, Role, Statements};
+use super::query::PARAMS_MAX_BYTES;
+use super::{Query, Read, Statements};
 use crate::glob::Filter;
 use crate::rows;
+use protocol::guard::Guard;
+use protocol::role::Role;
 
 impl Statements {
     /// One state, with its version: `{"partial_state", "completed_state", "updated_at_ms"}`
@@ -78,7 +81,7 @@ impl Statements {
 
     /// Writes one state only if `guard` holds when the server evaluates it (see [`Guard`]):
     /// `written_rows` in the summary says whether it did. The state travels as query
-    /// parameters, so this is for states up to [`GUARDED_MAX_BYTES`]; `guard_holds` is the
+    /// parameters, so this is for states up to [`PARAMS_MAX_BYTES`]; `guard_holds` is the
     /// same condition as a read, for larger ones.
     pub fn write_guarded(
         &self,
@@ -127,9 +130,9 @@ impl Statements {
     }
 
     /// Writes one state at its version unless something stored is at or above it (`set`, see
-    /// `crate::set`, whose `lands` is the same rule in Rust). Sent again, it lands at most once:
+    /// `protocol::set`, whose `lands` is the same rule in Rust). Sent again, it lands at most once:
     /// its first landing put its version in the table, and merges keep an id's highest
-    /// version. For states up to [`GUARDED_MAX_BYTES`].
+    /// version. For states up to [`PARAMS_MAX_BYTES`].
     pub fn set_unless_newer(&self, state: StateRow<'_>, origin: &Origin<'_>, token: &str) -> Query {
         let (table, columns, fanout) = self.write_target();
         let values = self.origin_values();
@@ -184,7 +187,7 @@ impl Statements {
 
     /// Appends the tombstone of `state_id` at `version_ms` as a line of JSONEachRow for
     /// `insert_states`. A deleted id keeps its highest version as a row without parts, so that
-    /// no write below it (a `set` sent again, see `crate::set`) lands over the delete, and
+    /// no write below it (a `set` sent again, see `protocol::set`) lands over the delete, and
     /// every write after it goes above. Reads skip it ([`LIVE`]); a merge keeps only it.
     pub fn encode_tombstone(
         &self,
@@ -270,11 +273,6 @@ impl Statements {
 /// backend or of the original writes a NULL part).
 pub const LIVE: &str = "NOT (partial_state IS NULL AND completed_state IS NULL)";
 
-/// Largest state (id, partial and completed together, in bytes) a guarded write or a one-trip
-/// `set` sends as query parameters. They travel in the URL, which servers cap (1 MiB by
-/// default, after percent-encoding, which can triple JSON); larger states take two round trips.
-pub const GUARDED_MAX_BYTES: usize = 64 * 1024;
-
 /// One state row to write, with its version.
 #[derive(Debug, Clone, Copy)]
 pub struct StateRow<'a> {
@@ -308,9 +306,9 @@ struct JsonOrigin<'a> {
 }
 
 impl StateRow<'_> {
-    /// Whether it is small enough for query parameters (see [`GUARDED_MAX_BYTES`]).
+    /// Whether it is small enough for query parameters (see [`PARAMS_MAX_BYTES`]).
     pub fn fits_in_params(&self) -> bool {
-        self.state_id.len() + self.partial.len() + self.completed.len() <= GUARDED_MAX_BYTES
+        self.state_id.len() + self.partial.len() + self.completed.len() <= PARAMS_MAX_BYTES
     }
 
     /// Binds the parts; the id is bound by the guard's condition or by the caller.

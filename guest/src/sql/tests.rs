@@ -3,6 +3,8 @@
 use super::guard::guard_condition;
 use super::*;
 use crate::glob::Filter;
+use protocol::guard::Guard;
+use protocol::role::Role;
 
 fn origin() -> Origin<'static> {
     Origin {

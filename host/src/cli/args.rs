@@ -18,6 +18,9 @@ const LONG_VERSION: &str = if cfg!(feature = "tripwire") {
 /// The local ClickHouse that `just clickhouse-start` runs (reaching it needs --allow-loopback).
 const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
 
+/// The most versions `history` lists by default.
+const DEFAULT_HISTORY_LIMIT: u32 = 20;
+
 #[derive(Parser)]
 #[command(
     name = "state-backend",
@@ -126,7 +129,7 @@ pub enum Command {
     History {
         state_id: String,
         /// At most this many versions (1-10000)
-        #[arg(long, default_value_t = crate::versions::DEFAULT_LIMIT)]
+        #[arg(long, default_value_t = DEFAULT_HISTORY_LIMIT)]
         limit: u32,
     },
     /// Show the bookmarks that differ between two versions (or times) of an id's state

@@ -8,9 +8,6 @@ use state_host::{HistoryEntry, Point};
 use crate::output::{Failure, rfc3339};
 use crate::state_json::{merged_view, parts};
 
-/// The most versions `history` lists by default.
-pub const DEFAULT_LIMIT: u32 = 20;
-
 /// One version as `history` lists it: when, how, by whom, and the state as a tap gets it.
 fn entry_json(entry: &HistoryEntry) -> Result<Value, Failure> {
     Ok(json!({

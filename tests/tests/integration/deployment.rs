@@ -10,16 +10,17 @@ use std::sync::{Arc, Mutex};
 
 use crate::common::ORIGIN;
 use clickhouse_state::config::Config;
-use clickhouse_state::deployment::{Consistency, Kind};
 use clickhouse_state::glob::Filter;
 use clickhouse_state::http::Client;
-use clickhouse_state::lock::fenced;
 use clickhouse_state::rows;
-use clickhouse_state::sql::{Guard, Query, Role, StateRow, Statements};
+use clickhouse_state::sql::{Query, StateRow, Statements};
 use integration_tests::state_host::http::faults::{Fault, FaultPlan};
 use integration_tests::state_host::http::hook::Interceptor;
 use integration_tests::state_host::{Error, InstanceOptions, State};
 use integration_tests::{LocalServer, Target, TestTable, runtime};
+use protocol::deployment::{Consistency, Kind};
+use protocol::guard::Guard;
+use protocol::role::Role;
 
 use crate::common;
 use common::Ureq;
@@ -317,7 +318,7 @@ fn every_kind_sends_settings_the_engine_accepts() {
         .lines()
         .map(str::to_string)
         .collect();
-    let pinnable = clickhouse_state::pinned::known(&names);
+    let pinnable = protocol::pinned::known(&names);
     let row = |n: u64| -> Vec<u8> {
         format!(
             r#"{{"state_id":"s","partial_state":"{{}}","completed_state":"{{\"n\":{n}}}","updated_at":"{}.000"}}"#,
@@ -368,8 +369,7 @@ fn every_kind_sends_settings_the_engine_accepts() {
                 sql.delete_states(&["gone"]),
                 sql.history_withdraw("w", &[("gone".to_string(), 1)])
                     .expect("the history is on"),
-                sql.deployment(&clickhouse_state::pinned::newer_names())
-                    .query,
+                sql.deployment(&protocol::pinned::newer_names()).query,
             ];
             let roles: Vec<Role> = queries.iter().map(|q| q.role).collect();
             for role in [
@@ -574,7 +574,7 @@ fn the_guard_in_sql_decides_as_the_guard_in_rust() {
         )
         .unwrap()
         .unwrap_or_default();
-        let claims: Vec<fenced::Claim> = rows::all(
+        let claims: Vec<protocol::rows::Claim> = rows::all(
             &client
                 .execute(
                     &sql.log_claims(&guard.state_id, guard.generation, false)
@@ -585,7 +585,7 @@ fn the_guard_in_sql_decides_as_the_guard_in_rust() {
         .unwrap();
         let stored =
             rows::number(&client.execute(&sql.version_of(&guard.state_id)).unwrap()).unwrap();
-        let in_rust = fenced::admits(&guard, &newest, &claims, stored);
+        let in_rust = protocol::guard::admits(&guard, &newest, &claims, stored);
         assert_eq!(in_sql == 1, in_rust, "{name}: SQL and Rust disagree");
         assert_eq!(in_rust, expected, "{name}");
         // The insert, at the version it expects (so a write leaves the next case as it was).
@@ -649,7 +649,7 @@ fn statements_over_no_rows_do_not_depend_on_the_profile() {
             .answer(&sql.log_outlook(&id).query, &profile)
             .expect("outlook")
             .body;
-        let outlook: Option<rows::Outlook> = rows::first(&outlook).expect("decodes");
+        let outlook: Option<protocol::rows::Outlook> = rows::first(&outlook).expect("decodes");
         assert_eq!(
             outlook.map(|o| o.newest.generation),
             Some(0),

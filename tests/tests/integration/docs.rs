@@ -87,7 +87,7 @@ fn one_version_for_crates_wheel_cli_and_readme() {
         );
     }
     assert!(workspace.contains(
-        r#"members = ["contract", "host", "guest", "model", "tests", "tests/guests/evil"]"#
+        r#"members = ["contract", "protocol", "host", "guest", "model", "tests", "tests/guests/evil"]"#
     ));
     // maturin gives the wheel the host crate's version when the project leaves it dynamic.
     let pyproject = read("python/pyproject.toml");
@@ -137,7 +137,7 @@ fn every_pinned_setting_is_documented() {
     let section = &page[start..end];
     // Each pin's row: its name in backticks (and the version that added it, for a newer one),
     // its value, and the statements it goes to.
-    for pin in clickhouse_state::pinned::PINS {
+    for pin in protocol::pinned::PINS {
         let columns: Vec<&str> = section
             .lines()
             .filter(|line| line.starts_with('|'))

@@ -479,7 +479,7 @@ fn lock_log_rows(table: &TestTable, state_id: &str) -> u64 {
 
 #[tokio::test]
 async fn meltanos_update_path_prunes_the_lock_log() {
-    use clickhouse_state::lock::fenced::{PRUNE_EVERY, PRUNE_KEEP};
+    use protocol::fenced::{PRUNE_EVERY, PRUNE_KEEP};
     let table = TestTable::new("log_pruned");
     // No linger: every update claims a generation and gives it back (an acquire and a release
     // row), as runs of Meltano do; `update` is the only call.

@@ -39,6 +39,7 @@ mod escaping;
 mod evil;
 mod faults;
 mod history;
+mod imports;
 mod landing;
 mod layout;
 mod linger;

@@ -7,12 +7,13 @@
 
 use crate::common::ORIGIN;
 use clickhouse_state::error::Result;
-use clickhouse_state::lock::fenced::{self, Claim, Event, LogEntry, NewestGeneration};
 use clickhouse_state::session::{Level, Platform, Session};
-use clickhouse_state::set;
 use clickhouse_state::sql::StateRow;
 use clickhouse_state::store::{State, Store};
 use integration_tests::{TestTable, splitmix64};
+use protocol::fenced::{self, LogEntry};
+use protocol::rows::{Claim, Event, NewestGeneration};
+use protocol::set;
 
 use crate::common;
 use common::Ureq;
@@ -97,7 +98,7 @@ fn the_sql_and_the_rust_folds_of_the_lock_log_agree() -> Result<()> {
             .fetch_first(&session.sql.log_state(&state_id))?
             .unwrap_or_default();
         assert_eq!(newest, fenced::fold(log.iter()), "log_state of {log:#?}");
-        let outlook: fenced::Outlook = session
+        let outlook: protocol::rows::Outlook = session
             .fetch_first(&session.sql.log_outlook(&state_id))?
             .unwrap_or_default();
         assert_eq!(

@@ -12,8 +12,8 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-pub use crate::rows::Observation;
-use crate::sql::Role;
+use crate::role::Role;
+use crate::rows::Observation;
 
 /// What kind of deployment the tables are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,19 +1,26 @@
 //! The operations of the contract, as plain Rust over a [`Transport`] and a [`Platform`].
 
-use std::collections::HashMap;
-
 use serde_json::{Map, Value};
 
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
-use crate::glob;
 use crate::http::Transport;
-use crate::lock::{self, LockHandle, Locks};
+use crate::lock::{self, Locks};
 use crate::merge::{merged, or_empty, parse_object};
 use crate::rows;
 use crate::session::{Platform, Session};
-use crate::set::{self, Answer, Set, Step};
-use crate::sql::{self, Op, Origin, Query, StateRow};
+use crate::sql::{Op, Origin, Query, StateRow};
+use protocol::grant::LockHandle;
+use protocol::set::{self, Answer, Set, Step};
+
+mod bulk;
+mod insert;
+mod validate;
+
+#[cfg(test)]
+use insert::json_len;
+pub use validate::{MAX_STATE_BYTES, MAX_STATE_ID_BYTES, validate_state_id};
+use validate::{validate_size, validate_state};
 
 /// A state as the contract carries it: JSON object texts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,13 +29,6 @@ pub struct State {
     pub partial: String,
     pub completed: String,
 }
-
-/// Longest state id accepted, in bytes.
-pub const MAX_STATE_ID_BYTES: usize = 4096;
-/// Largest state accepted (partial and completed together), in bytes. A Singer state is
-/// bookmarks; megabytes of it are a bug upstream, and the cap keeps every copy well inside the
-/// instance's memory limit.
-pub const MAX_STATE_BYTES: usize = 8 << 20;
 
 /// One configured store: the operations of the contract, over the query executor, with the
 /// lock's memory of this instance.
@@ -112,7 +112,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
     }
 
     /// The newest row of `state_id`, a tombstone too (both parts `None`).
-    pub(crate) fn stored(&self, state_id: &str) -> Result<Option<rows::StoredTuple>> {
+    pub(crate) fn stored(&self, state_id: &str) -> Result<Option<protocol::rows::StoredTuple>> {
         Ok(self
             .session
             .fetch_first(&self.session.sql.get(state_id))?
@@ -134,7 +134,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
     }
 
     /// One round trip in the common case (two in settle mode: the server's clock first); see
-    /// `crate::set`.
+    /// `protocol::set`.
     fn set_at_most_once(&self, state: &State) -> Result<()> {
         let (mut set, mut step) = Set::new(&state.partial, &state.completed, self.clock_ms()?);
         loop {
@@ -264,7 +264,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
             return self.write_fenced(Some(state), op, lock, stored);
         }
         let version = lock::write_version(&self.session, lock, stored)?;
-        let guard = sql::Guard {
+        let guard = protocol::guard::Guard {
             state_id: lock.state_id.clone(),
             generation: lock.token,
             owner: lock.owner.clone(),
@@ -342,65 +342,6 @@ impl<T: Transport, H: Platform> Store<T, H> {
         self.write_fenced(None, Op::Clear, lock, stored).map(drop)
     }
 
-    pub fn state_ids(&self, pattern: Option<&str>) -> Result<Vec<String>> {
-        let filter = glob::filter(pattern)?;
-        Ok(self
-            .session
-            .fetch(&self.session.sql.state_ids(&filter))?
-            .into_iter()
-            .map(|id| id.0)
-            .collect())
-    }
-
-    pub fn get_all(&self, pattern: Option<&str>) -> Result<Vec<State>> {
-        let filter = glob::filter(pattern)?;
-        Ok(self
-            .session
-            .fetch(&self.session.sql.get_all(&filter))?
-            .into_iter()
-            .map(|row| State {
-                state_id: row.state_id,
-                partial: or_empty(Some(row.partial_state)),
-                completed: or_empty(Some(row.completed_state)),
-            })
-            .collect())
-    }
-
-    /// One insert for all states; a state id given twice is written once, the last one wins.
-    pub fn set_all(&self, states: &[State]) -> Result<u64> {
-        for state in states {
-            validate_state(state)?;
-        }
-        if states.is_empty() {
-            return Ok(0);
-        }
-        // Each id's own newest version, so each write lands above it (one read, one insert).
-        // The maps are dropped before the insert is encoded: at 100,000 states each is MiBs
-        // of the instance's memory.
-        let rows = {
-            let mut last_index: HashMap<&str, usize> = HashMap::with_capacity(states.len());
-            for (index, state) in states.iter().enumerate() {
-                last_index.insert(&state.state_id, index);
-            }
-            let mut stored: HashMap<String, u64> = HashMap::new();
-            for row in self.session.fetch(&self.session.sql.versions())? {
-                stored.insert(row.state_id, row.version);
-            }
-            let now = self.clock_ms()?;
-            states
-                .iter()
-                .enumerate()
-                .filter(|(index, state)| last_index[state.state_id.as_str()] == *index)
-                .map(|(_, s)| {
-                    let above = stored.get(&s.state_id).map_or(0, |v| v.saturating_add(1));
-                    (s, now.max(above))
-                })
-                .collect::<Vec<(&State, u64)>>()
-        };
-        self.insert(&rows, &self.origin(Op::SetAll))?;
-        Ok(rows.len() as u64)
-    }
-
     pub fn lock_info(&self, state_id: &str) -> Result<Option<LockInfo>> {
         validate_state_id(state_id)?;
         lock::info(&self.session, state_id)
@@ -409,20 +350,6 @@ impl<T: Transport, H: Platform> Store<T, H> {
     pub fn force_unlock(&self, state_id: &str) -> Result<bool> {
         validate_state_id(state_id)?;
         lock::force_unlock(&self.session, state_id)
-    }
-
-    /// Deletes every live state, each by a tombstone above its version (as `delete`); returns
-    /// how many.
-    pub fn clear_all(&self) -> Result<u64> {
-        let live = self.session.fetch(&self.session.sql.live_versions())?;
-        let tombstones: Vec<(&str, u64)> = live
-            .iter()
-            .map(|row| (row.state_id.as_str(), row.version))
-            .collect();
-        if !tombstones.is_empty() {
-            self.bury_above(&tombstones, &self.origin(Op::ClearAll))?;
-        }
-        Ok(tombstones.len() as u64)
     }
 
     /// A version for a new write: the clock, but never at or below what is stored, so a client
@@ -460,139 +387,6 @@ impl<T: Transport, H: Platform> Store<T, H> {
             token: lock.token,
         }
     }
-
-    /// Deletes the ids of `live` (each with the version stored), each by a tombstone above that
-    /// version (see `bury`); in settle mode by the original's `DELETE`, with no version to take
-    /// (so no read of the server's clock).
-    fn bury_above(&self, live: &[(&str, u64)], origin: &Origin<'_>) -> Result<()> {
-        if self.session.config.lock_mode == LockMode::Settle {
-            return self.bury(live, origin);
-        }
-        let now = self.clock_ms()?;
-        let tombstones: Vec<(&str, u64)> = live
-            .iter()
-            .map(|(id, version)| (*id, now.max(version.saturating_add(1))))
-            .collect();
-        self.bury(&tombstones, origin)
-    }
-
-    /// One INSERT of tombstones, each at its version, under a fresh deduplication token; in
-    /// settle mode, the original's delete of the ids' rows instead (see
-    /// `Statements::delete_states`: the original would list a tombstone's id and read it as
-    /// an empty state, and its next write, at the server's clock, could land below it).
-    fn bury(&self, tombstones: &[(&str, u64)], origin: &Origin<'_>) -> Result<()> {
-        if self.session.config.lock_mode == LockMode::Settle {
-            let ids: Vec<&str> = tombstones.iter().map(|(id, _)| *id).collect();
-            return self
-                .session
-                .run(&self.session.sql.delete_states(&ids))
-                .map(drop);
-        }
-        let mut data = Vec::with_capacity(tombstones.iter().map(|(id, _)| id.len() + 160).sum());
-        let ids: Vec<&str> = tombstones.iter().map(|(id, _)| *id).collect();
-        let seqs = self.session.ordinals(&ids)?;
-        for ((state_id, version_ms), seq) in tombstones.iter().zip(seqs) {
-            self.session
-                .sql
-                .encode_tombstone(state_id, *version_ms, origin, seq, &mut data)?;
-        }
-        let token = self.session.new_token();
-        let lands = tombstones
-            .iter()
-            .map(|(id, version)| ((*id).to_string(), *version))
-            .collect();
-        self.session
-            .insert(&self.session.sql.insert_states(data, &token).landing(lands))
-    }
-
-    fn write(&self, states: &[State], version_ms: u64, origin: &Origin<'_>) -> Result<()> {
-        let rows: Vec<(&State, u64)> = states.iter().map(|s| (s, version_ms)).collect();
-        self.insert(&rows, origin)
-    }
-
-    /// One INSERT of JSON rows, each with its version, under a fresh deduplication token.
-    fn insert(&self, rows: &[(&State, u64)], origin: &Origin<'_>) -> Result<()> {
-        let ids: Vec<&str> = rows.iter().map(|(s, _)| s.state_id.as_str()).collect();
-        let seqs = self.session.ordinals(&ids)?;
-        drop(ids);
-        // The buffer is sized once, so that it never doubles (at 100,000 states a doubling is
-        // tens of MiB of the instance's memory): each row's text as JSON escapes it, and what
-        // the first row encoded took besides (names, version, origin), with room for longer
-        // numbers. Only an estimate: a reservation that fails leaves the buffer to grow.
-        let text =
-            |s: &State| json_len(&s.partial) + json_len(&s.completed) + json_len(&s.state_id);
-        let mut data = Vec::new();
-        if let Some((first, _)) = rows.first() {
-            let _ = data.try_reserve_exact(text(first).saturating_add(ROW_OVERHEAD));
-        }
-        for (index, ((state, version_ms), seq)) in rows.iter().zip(seqs).enumerate() {
-            self.session
-                .sql
-                .encode_state(state.row(*version_ms), origin, seq, &mut data)?;
-            if index == 0 {
-                let besides = data.len().saturating_sub(text(state)).min(ROW_OVERHEAD) + 32;
-                let rest = rows[1..]
-                    .iter()
-                    .fold(0usize, |sum, (s, _)| sum.saturating_add(text(s) + besides));
-                let _ = data.try_reserve_exact(rest);
-            }
-        }
-        let token = self.session.new_token();
-        let lands = rows
-            .iter()
-            .map(|(state, version)| (state.state_id.clone(), *version))
-            .collect();
-        self.session
-            .insert(&self.session.sql.insert_states(data, &token).landing(lands))
-    }
-}
-
-/// What a row of `insert` takes besides its texts, at most: the column names, the version and
-/// the origin columns (about 200 bytes with the history on).
-const ROW_OVERHEAD: usize = 512;
-
-/// The length of `text` as a JSON string's contents: serde_json writes `"`, `\` and the
-/// control characters with a short escape (two bytes) or as `\u00XX` (six).
-fn json_len(text: &str) -> usize {
-    text.bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..0x20 => 6,
-            _ => 1,
-        })
-        .sum()
-}
-
-fn validate_size(state: &State) -> Result<()> {
-    let size = state.partial.len() + state.completed.len();
-    if size > MAX_STATE_BYTES {
-        return Err(Error::InvalidInput(format!(
-            "the state of {:?} is {size} bytes; at most {MAX_STATE_BYTES} are accepted",
-            state.state_id
-        )));
-    }
-    Ok(())
-}
-
-pub fn validate_state_id(state_id: &str) -> Result<()> {
-    if state_id.is_empty() {
-        return Err(Error::InvalidInput("the state id is empty".into()));
-    }
-    if state_id.len() > MAX_STATE_ID_BYTES {
-        return Err(Error::InvalidInput(format!(
-            "the state id is {} bytes long; at most {MAX_STATE_ID_BYTES} are allowed",
-            state_id.len()
-        )));
-    }
-    Ok(())
-}
-
-fn validate_state(state: &State) -> Result<()> {
-    validate_state_id(&state.state_id)?;
-    validate_size(state)?;
-    parse_object(&state.partial, "partial state")?;
-    parse_object(&state.completed, "completed state")?;
-    Ok(())
 }
 
 #[cfg(test)]

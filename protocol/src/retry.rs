@@ -1,6 +1,6 @@
 //! When to try a failed request again, and when to give up: exponential back-off with jitter,
 //! bounded in time (the retry budget), optionally in count, and by the lease of a lock the call
-//! holds. Plain arithmetic on the host's clock; [`crate::session`] does the waiting.
+//! holds. Plain arithmetic on the host's clock; the guest's session does the waiting.
 
 /// The longest pause between two tries: a server back from a restart is noticed within it.
 pub const MAX_PAUSE_MS: u64 = 2_000;

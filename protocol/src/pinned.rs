@@ -18,7 +18,7 @@
 //! which of the newer ones it knows, and `docs/deployments.md` lists it (a test holds the doc to
 //! it).
 
-use crate::sql::Role;
+use crate::role::Role;
 
 /// Which statements a pin applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
