@@ -171,6 +171,7 @@ model-wide:
 # are; fails if a mutant was missed or timed out. `just mutants --iterate` tests only what was not
 # caught before
 mutants *ARGS:
+    mkdir -p .local
     -cargo mutants {{ARGS}} -p clickhouse-state-protocol -p clickhouse-state-guest \
         --file protocol/src/update/mod.rs \
         --file protocol/src/update/claim.rs \

@@ -1,9 +1,11 @@
-//! The command line: what `state-backend` takes, and its help text.
+//! The command line: the options every command takes, and `--help`'s description.
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use state_host::settings;
+
+use crate::commands::Command;
 
 /// `--version`: a test build says so, and the tests check that they run one.
 const LONG_VERSION: &str = if cfg!(feature = "tripwire") {
@@ -17,9 +19,6 @@ const LONG_VERSION: &str = if cfg!(feature = "tripwire") {
 
 /// The local ClickHouse that `just clickhouse-start` runs (reaching it needs --allow-loopback).
 const DEFAULT_URI: &str = "clickhouse://default:@127.0.0.1:8123/default";
-
-/// The most versions `history` lists by default.
-const DEFAULT_HISTORY_LIMIT: u32 = 20;
 
 #[derive(Parser)]
 #[command(
@@ -104,142 +103,6 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Subcommand)]
-pub enum Command {
-    /// List state ids, all or those matching a glob (*, ?, [seq], [!seq])
-    List {
-        #[arg(long)]
-        pattern: Option<String>,
-    },
-    /// Print the state of an id as Meltano hands it to a tap (partial over completed)
-    Get {
-        state_id: String,
-        /// Print the stored parts instead: {"completed": ..., "partial": ...}
-        #[arg(long)]
-        raw: bool,
-        /// Print the state as it was: at a version (a number `history` lists) or a time
-        /// (2026-12-02T10:00:00Z; the newest version at or before it)
-        #[arg(long, value_name = "VERSION|TIME")]
-        at: Option<String>,
-    },
-    /// List the versions of an id's state, newest first: time, operation, writer, lock and
-    /// state (writes made with history=false, or by the original Python backend, are not in it)
-    History {
-        state_id: String,
-        /// At most this many versions (1-10000)
-        #[arg(long, default_value_t = DEFAULT_HISTORY_LIMIT)]
-        limit: u32,
-    },
-    /// Show the bookmarks that differ between two versions (or times) of an id's state
-    Diff {
-        state_id: String,
-        #[arg(value_name = "FROM")]
-        from: String,
-        #[arg(value_name = "TO")]
-        to: String,
-    },
-    /// Write an earlier version of an id's state as its newest, under its lock; prints what it
-    /// replaced
-    Restore {
-        state_id: String,
-        /// The version (a number `history` lists) or time (the newest version at or before it)
-        #[arg(long, value_name = "VERSION|TIME")]
-        to: String,
-    },
-    /// Remove streams' bookmarks (and `currently_syncing` when it names one) from an id's
-    /// state, under its lock, so that the next run syncs those streams from the start
-    ClearStream {
-        state_id: String,
-        #[arg(required = true, value_name = "STREAM")]
-        streams: Vec<String>,
-    },
-    /// Replace the state of an id with a complete state ({"singer_state": ...})
-    Set {
-        state_id: String,
-        #[command(flatten)]
-        input: StateInput,
-    },
-    /// Merge a partial state into the stored one, under the lock (Meltano's update)
-    Merge {
-        state_id: String,
-        #[command(flatten)]
-        input: StateInput,
-        /// Merge the state of another id instead of a JSON document
-        #[arg(long, conflicts_with_all = ["json", "input_file"])]
-        from_state_id: Option<String>,
-    },
-    /// Copy the state of one id onto another
-    Copy { src: String, dst: String },
-    /// Move the state of one id to another
-    Move { src: String, dst: String },
-    /// Clear the state of an id (under its lock), or of every id with --all
-    Clear {
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        state_id: Option<String>,
-        #[arg(long)]
-        all: bool,
-    },
-    /// Print states as {"<id>": {"completed": ..., "partial": ...}, ...}
-    Export {
-        #[arg(long)]
-        pattern: Option<String>,
-    },
-    /// Write states from `export` output (a file, or stdin), in one insert
-    Import {
-        /// The file to read [default: stdin]
-        file: Option<PathBuf>,
-    },
-    /// Take the lock of an id, hold it, release it (for scripts and demos); Ctrl-C (SIGINT)
-    /// releases it early
-    Lock {
-        state_id: String,
-        /// How long to hold it at most, in seconds
-        #[arg(long, default_value = "0")]
-        hold: f64,
-    },
-    /// Show who holds the lock of an id: owner, token, since, lease end (null when free)
-    LockInfo { state_id: String },
-    /// Break the lock of an id, whoever holds it (for operators); its holder's fenced writes
-    /// can no longer overwrite newer state
-    Unlock { state_id: String },
-    /// Create the schema if it is missing (runs on first use anyway), then check that its
-    /// tables suit the deployment (one server, ClickHouse Cloud, or a cluster: `-s cluster=NAME`)
-    Migrate {
-        /// Print the DDL for these settings instead of running it (nothing is sent), e.g. for
-        /// an operator who creates the schema: `state-backend -s cluster=prod migrate --print`
-        #[arg(long)]
-        print: bool,
-    },
-    /// Serve requests as JSON lines on stdin/stdout with one long-lived instance (the bridge
-    /// for Meltano's Python process)
-    Serve {
-        /// Read requests from stdin, answer on stdout (the only transport for now)
-        #[arg(long, required = true)]
-        stdio: bool,
-    },
-    /// List every setting and host option as JSON: name, variable, default, meaning
-    Settings,
-    /// List the methods `serve` answers, as JSON
-    Methods,
-    /// List the kinds of error as JSON: kind, reason, exit code, the Meltano exception, meaning
-    Errors,
-    /// Precompile the component (.wasm) to native code (.cwasm) that loads without compiling
-    Compile {
-        /// Where to write it [default: the component's path with .cwasm]
-        #[arg(long, short)]
-        output: Option<PathBuf>,
-    },
-}
-
-#[derive(Args)]
-pub struct StateInput {
-    /// The state as JSON; omit it to read --input-file or stdin
-    pub json: Option<String>,
-    /// Read the state from this file
-    #[arg(long, conflicts_with = "json")]
-    pub input_file: Option<PathBuf>,
 }
 
 fn parse_setting(text: &str) -> Result<(String, String), String> {

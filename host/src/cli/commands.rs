@@ -1,28 +1,153 @@
-//! The commands: each one's work through the backend, and its JSON output.
+//! The commands: each one's arguments and `--help` (clap's derive), and its work through the
+//! backend, with its JSON output.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use clickhouse_state_contract::config::{Config, Culprit};
+use clap::Subcommand;
+use clickhouse_state_contract::config::Config;
 use serde_json::{Map, Value, json};
-use state_host::http::policy::AddressAllowance;
-use state_host::http::proxy::Proxies;
-use state_host::http::tls::TlsOptions;
-use state_host::settings::{self, Settings};
-use state_host::{Backend, Error, Runtime, RuntimeOptions, State};
+use state_host::settings;
+use state_host::{Backend, Runtime, State};
 
-use crate::args::{Cli, Command};
-use crate::output::{Failure, exit_code, progress, rfc3339};
-use crate::serve;
-use crate::state_json::{merged_view, parts, read_state, read_stdin, validate_singer_state};
+use crate::output::{Failure, progress, rfc3339};
+use crate::state_json::{
+    StateInput, merged_view, parts, read_state, read_stdin, validate_singer_state,
+};
 
-/// The CLI's CPU budget per call (the library's default is 10 s).
-const SINGLE_USER_CPU_BUDGET: std::time::Duration = std::time::Duration::from_secs(3600);
+/// The most versions `history` lists by default.
+const DEFAULT_HISTORY_LIMIT: u32 = 20;
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// List state ids, all or those matching a glob (*, ?, [seq], [!seq])
+    List {
+        #[arg(long)]
+        pattern: Option<String>,
+    },
+    /// Print the state of an id as Meltano hands it to a tap (partial over completed)
+    Get {
+        state_id: String,
+        /// Print the stored parts instead: {"completed": ..., "partial": ...}
+        #[arg(long)]
+        raw: bool,
+        /// Print the state as it was: at a version (a number `history` lists) or a time
+        /// (2026-12-02T10:00:00Z; the newest version at or before it)
+        #[arg(long, value_name = "VERSION|TIME")]
+        at: Option<String>,
+    },
+    /// List the versions of an id's state, newest first: time, operation, writer, lock and
+    /// state (writes made with history=false, or by the original Python backend, are not in it)
+    History {
+        state_id: String,
+        /// At most this many versions (1-10000)
+        #[arg(long, default_value_t = DEFAULT_HISTORY_LIMIT)]
+        limit: u32,
+    },
+    /// Show the bookmarks that differ between two versions (or times) of an id's state
+    Diff {
+        state_id: String,
+        #[arg(value_name = "FROM")]
+        from: String,
+        #[arg(value_name = "TO")]
+        to: String,
+    },
+    /// Write an earlier version of an id's state as its newest, under its lock; prints what it
+    /// replaced
+    Restore {
+        state_id: String,
+        /// The version (a number `history` lists) or time (the newest version at or before it)
+        #[arg(long, value_name = "VERSION|TIME")]
+        to: String,
+    },
+    /// Remove streams' bookmarks (and `currently_syncing` when it names one) from an id's
+    /// state, under its lock, so that the next run syncs those streams from the start
+    ClearStream {
+        state_id: String,
+        #[arg(required = true, value_name = "STREAM")]
+        streams: Vec<String>,
+    },
+    /// Replace the state of an id with a complete state ({"singer_state": ...})
+    Set {
+        state_id: String,
+        #[command(flatten)]
+        input: StateInput,
+    },
+    /// Merge a partial state into the stored one, under the lock (Meltano's update)
+    Merge {
+        state_id: String,
+        #[command(flatten)]
+        input: StateInput,
+        /// Merge the state of another id instead of a JSON document
+        #[arg(long, conflicts_with_all = ["json", "input_file"])]
+        from_state_id: Option<String>,
+    },
+    /// Copy the state of one id onto another
+    Copy { src: String, dst: String },
+    /// Move the state of one id to another
+    Move { src: String, dst: String },
+    /// Clear the state of an id (under its lock), or of every id with --all
+    Clear {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        state_id: Option<String>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Print states as {"<id>": {"completed": ..., "partial": ...}, ...}
+    Export {
+        #[arg(long)]
+        pattern: Option<String>,
+    },
+    /// Write states from `export` output (a file, or stdin), in one insert
+    Import {
+        /// The file to read [default: stdin]
+        file: Option<PathBuf>,
+    },
+    /// Take the lock of an id, hold it, release it (for scripts and demos); Ctrl-C (SIGINT)
+    /// releases it early
+    Lock {
+        state_id: String,
+        /// How long to hold it at most, in seconds
+        #[arg(long, default_value = "0")]
+        hold: f64,
+    },
+    /// Show who holds the lock of an id: owner, token, since, lease end (null when free)
+    LockInfo { state_id: String },
+    /// Break the lock of an id, whoever holds it (for operators); its holder's fenced writes
+    /// can no longer overwrite newer state
+    Unlock { state_id: String },
+    /// Create the schema if it is missing (runs on first use anyway), then check that its
+    /// tables suit the deployment (one server, ClickHouse Cloud, or a cluster: `-s cluster=NAME`)
+    Migrate {
+        /// Print the DDL for these settings instead of running it (nothing is sent), e.g. for
+        /// an operator who creates the schema: `state-backend -s cluster=prod migrate --print`
+        #[arg(long)]
+        print: bool,
+    },
+    /// Serve requests as JSON lines on stdin/stdout with one long-lived instance (the bridge
+    /// for Meltano's Python process)
+    Serve {
+        /// Read requests from stdin, answer on stdout (the only transport for now)
+        #[arg(long, required = true)]
+        stdio: bool,
+    },
+    /// List every setting and host option as JSON: name, variable, default, meaning
+    Settings,
+    /// List the methods `serve` answers, as JSON
+    Methods,
+    /// List the kinds of error as JSON: kind, reason, exit code, the Meltano exception, meaning
+    Errors,
+    /// Precompile the component (.wasm) to native code (.cwasm) that loads without compiling
+    Compile {
+        /// Where to write it [default: the component's path with .cwasm]
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
 
 /// The `settings` command's output: the component's settings, then the host's options.
-fn settings_json() -> Value {
+pub fn settings_json() -> Value {
     let mut all: Vec<Value> = clickhouse_state_contract::settings::SETTINGS
         .iter()
         .map(|s| {
@@ -52,7 +177,7 @@ fn settings_json() -> Value {
 }
 
 /// The `errors` command's output: every kind of error, as the host's table has it.
-fn errors_json() -> Value {
+pub fn errors_json() -> Value {
     Value::Array(
         state_host::ERROR_KINDS
             .iter()
@@ -69,193 +194,7 @@ fn errors_json() -> Value {
     )
 }
 
-/// A host option from Meltano's variable for it (`MELTANO_STATE_BACKEND_CLICKHOUSE_<NAME>`), so
-/// that the CLI run beside Meltano sees what Meltano's bridge does; the flag and its own
-/// variable come first.
-fn meltano_option(name: &str) -> Option<String> {
-    std::env::var(settings::meltano_variable(name)).ok()
-}
-
-fn meltano_path(name: &str) -> Option<PathBuf> {
-    meltano_option(name)
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-}
-
-/// A switch: the flag, or its own variable when that is set (either way, as clap read it),
-/// else Meltano's variable.
-fn switch(flag: bool, name: &str) -> bool {
-    let own_variable = settings::HOST_OPTIONS
-        .iter()
-        .find(|o| o.name == name)
-        .is_some_and(|o| std::env::var_os(o.env).is_some());
-    if flag || own_variable {
-        return flag;
-    }
-    meltano_option(name).is_some_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "true" | "1" | "yes" | "on"
-        )
-    })
-}
-
-pub async fn run(cli: Cli) -> Result<Value, Failure> {
-    let component = cli
-        .component
-        .clone()
-        .unwrap_or_else(state_host::default_component_path);
-    if let Command::Compile { output } = &cli.command {
-        return compile(&component, output.clone());
-    }
-    if let Command::Settings = cli.command {
-        return Ok(settings_json());
-    }
-    if let Command::Methods = cli.command {
-        return Ok(json!(crate::request::Request::methods()));
-    }
-    if let Command::Errors = cli.command {
-        return Ok(errors_json());
-    }
-    let proxies = if cli.ignore_proxy_env {
-        Proxies::none()
-    } else {
-        Proxies::from_lookup(|var| std::env::var(var).ok()).map_err(Error::InvalidConfig)?
-    };
-    let options = RuntimeOptions {
-        proxies: Arc::new(proxies),
-        tls: TlsOptions {
-            ca_bundle: cli.ca_bundle.clone().or_else(|| meltano_path("ca_bundle")),
-            client_cert: cli
-                .client_cert
-                .clone()
-                .or_else(|| meltano_path("client_cert")),
-            client_key: cli
-                .client_key
-                .clone()
-                .or_else(|| meltano_path("client_key")),
-        },
-        addresses: AddressAllowance {
-            loopback: switch(cli.allow_loopback, "allow_loopback"),
-            private: !switch(cli.refuse_private, "refuse_private"),
-            ..AddressAllowance::single_user()
-        },
-        // One user's own work, with no neighbours to protect: the call deadline bounds it, and
-        // a large import is not cut short.
-        cpu_budget: SINGLE_USER_CPU_BUDGET,
-        cpu_share: None,
-        ..RuntimeOptions::default()
-    };
-    let mut env = settings::from_env(|var| std::env::var(var).ok());
-    if cli.uri_from_flag {
-        let (kept, dropped) = settings::unstated(env, &cli.uri);
-        env = kept;
-        for name in dropped {
-            tracing::info!("the {name} in the environment is not used: --uri states it");
-        }
-    }
-    let all_settings = settings::layered(env, cli.settings.clone());
-    if let Command::Migrate { print: true } = cli.command {
-        let config = Config::parse(&cli.uri, &all_settings).map_err(Error::from)?;
-        let runtime = Runtime::load(&component, options)?;
-        let backend = runtime
-            .open_parsed(&config, &cli.uri, all_settings, Default::default())
-            .await?;
-        return print_migration(&config, backend).await;
-    }
-    if let Command::Serve { .. } = cli.command {
-        let mut all_settings = all_settings;
-        for (name, value) in clickhouse_state_contract::settings::served_defaults() {
-            if !all_settings.iter().any(|(given, _)| given == name) {
-                all_settings.push((name.into(), value.into()));
-            }
-        }
-        let backend = match start_serving(&cli.uri, all_settings, &component, options).await {
-            Ok(backend) => backend,
-            Err((error, setting)) => {
-                serve::startup_failure(&error, setting.as_deref());
-                return Err(Failure::Reported(exit_code(&error)));
-            }
-        };
-        serve::serve_stdio(backend).await?;
-        return Ok(Value::Null);
-    }
-    let mut timings = Timings::new(cli.timings);
-    let runtime = Runtime::load(&component, options)?;
-    timings.lap("load");
-    let mut backend = runtime.open(&cli.uri, all_settings).await?;
-    timings.lap("open");
-    let output = execute(&mut backend, cli.command).await;
-    timings.lap("call");
-    let closed = backend.close().await;
-    timings.lap("close");
-    timings.print();
-    let output = output?;
-    closed?;
-    Ok(output)
-}
-
-/// The parts of one command's time (`--timings`), each from the end of the one before.
-struct Timings {
-    on: bool,
-    last: std::time::Instant,
-    parts: Map<String, Value>,
-}
-
-impl Timings {
-    fn new(on: bool) -> Self {
-        Timings {
-            on,
-            last: std::time::Instant::now(),
-            parts: Map::new(),
-        }
-    }
-
-    fn lap(&mut self, part: &str) {
-        let now = std::time::Instant::now();
-        let ms = (now - self.last).as_secs_f64() * 1000.0;
-        self.parts
-            .insert(part.into(), json!((ms * 1000.0).round() / 1000.0));
-        self.last = now;
-    }
-
-    fn print(&self) {
-        if self.on {
-            eprintln!("{}", json!({ "timings_ms": self.parts }));
-        }
-    }
-}
-
-/// The instance `serve` runs, or why there is none and which setting that is about.
-async fn start_serving(
-    uri: &str,
-    settings: Settings,
-    component: &Path,
-    options: RuntimeOptions,
-) -> Result<Backend, (Error, Option<String>)> {
-    let config = Config::parse_blaming(uri, &settings).map_err(|e| {
-        let setting = match e.culprit {
-            Culprit::Uri => "uri".to_string(),
-            Culprit::Setting(name) => name,
-        };
-        (Error::from(e.error), Some(setting))
-    })?;
-    // Loading builds the TLS configuration once; a configuration error there is about a file.
-    let tls = options.tls.clone();
-    let runtime = Runtime::load(component, options).map_err(|e| {
-        let setting = match e {
-            Error::InvalidConfig(_) => tls.culprit().map(str::to_string),
-            _ => None,
-        };
-        (e, setting)
-    })?;
-    runtime
-        .open_parsed(&config, uri, settings, Default::default())
-        .await
-        .map_err(|e| (e, None))
-}
-
-async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failure> {
+pub async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failure> {
     match command {
         Command::List { pattern } => Ok(json!(backend.state_ids(pattern.as_deref()).await?)),
         Command::Get {
@@ -424,7 +363,7 @@ async fn execute(backend: &mut Backend, command: Command) -> Result<Value, Failu
 
 /// The DDL `migrate` would run with these settings, as SQL text on stdout: the component's
 /// own (the one this command loaded), so that what an operator runs by hand is what it runs.
-async fn print_migration(config: &Config, mut backend: Backend) -> Result<Value, Failure> {
+pub async fn print_migration(config: &Config, mut backend: Backend) -> Result<Value, Failure> {
     let kind = match &config.cluster {
         Some(cluster) => format!("a self-managed replicated cluster ('{cluster}')"),
         None => "one server or ClickHouse Cloud (which makes each table Shared)".to_string(),
@@ -444,7 +383,7 @@ async fn print_migration(config: &Config, mut backend: Backend) -> Result<Value,
     Ok(Value::Null)
 }
 
-fn compile(component: &std::path::Path, output: Option<PathBuf>) -> Result<Value, Failure> {
+pub fn compile(component: &std::path::Path, output: Option<PathBuf>) -> Result<Value, Failure> {
     let wasm = std::fs::read(component)
         .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", component.display())))?;
     let started = std::time::Instant::now();

@@ -14,6 +14,7 @@ mod args;
 mod commands;
 mod output;
 mod request;
+mod run;
 mod serve;
 mod state_json;
 mod versions;
@@ -45,7 +46,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(commands::run(cli));
+    let result = runtime.block_on(run::run(cli));
     // Without waiting for the thread that reads stdin: `serve`, stopped by a signal, would
     // otherwise exit only once its input ends.
     runtime.shutdown_background();

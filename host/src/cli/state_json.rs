@@ -1,12 +1,22 @@
 //! A state as the CLI reads it from the user and prints it.
 
 use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
 
+use clap::Args;
 use serde_json::{Map, Value, json};
 use state_host::{Error, State};
 
-use crate::args::StateInput;
 use crate::output::Failure;
+
+#[derive(Args)]
+pub struct StateInput {
+    /// The state as JSON; omit it to read --input-file or stdin
+    pub json: Option<String>,
+    /// Read the state from this file
+    #[arg(long, conflicts_with = "json")]
+    pub input_file: Option<PathBuf>,
+}
 
 /// What Meltano hands a tap: the partial state merged over the completed one.
 pub fn merged_view(state: &State) -> Result<Value, Failure> {

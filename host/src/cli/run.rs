@@ -1,0 +1,207 @@
+//! One invocation: the sandbox's options from the flags and Meltano's variables, the component
+//! loaded and opened, the command run (or `serve` started), and `--timings`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clickhouse_state_contract::config::{Config, Culprit};
+use serde_json::{Map, Value, json};
+use state_host::http::policy::AddressAllowance;
+use state_host::http::proxy::Proxies;
+use state_host::http::tls::TlsOptions;
+use state_host::settings::{self, Settings};
+use state_host::{Backend, Error, Runtime, RuntimeOptions};
+
+use crate::args::Cli;
+use crate::commands::{self, Command};
+use crate::output::{Failure, exit_code};
+use crate::serve;
+
+/// The CLI's CPU budget per call (the library's default is 10 s).
+const SINGLE_USER_CPU_BUDGET: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A host option from Meltano's variable for it (`MELTANO_STATE_BACKEND_CLICKHOUSE_<NAME>`), so
+/// that the CLI run beside Meltano sees what Meltano's bridge does; the flag and its own
+/// variable come first.
+fn meltano_option(name: &str) -> Option<String> {
+    std::env::var(settings::meltano_variable(name)).ok()
+}
+
+fn meltano_path(name: &str) -> Option<PathBuf> {
+    meltano_option(name)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// A switch: the flag, or its own variable when that is set (either way, as clap read it),
+/// else Meltano's variable.
+fn switch(flag: bool, name: &str) -> bool {
+    let own_variable = settings::HOST_OPTIONS
+        .iter()
+        .find(|o| o.name == name)
+        .is_some_and(|o| std::env::var_os(o.env).is_some());
+    if flag || own_variable {
+        return flag;
+    }
+    meltano_option(name).is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "true" | "1" | "yes" | "on"
+        )
+    })
+}
+
+pub async fn run(cli: Cli) -> Result<Value, Failure> {
+    let component = cli
+        .component
+        .clone()
+        .unwrap_or_else(state_host::default_component_path);
+    if let Command::Compile { output } = &cli.command {
+        return commands::compile(&component, output.clone());
+    }
+    if let Command::Settings = cli.command {
+        return Ok(commands::settings_json());
+    }
+    if let Command::Methods = cli.command {
+        return Ok(json!(crate::request::Request::methods()));
+    }
+    if let Command::Errors = cli.command {
+        return Ok(commands::errors_json());
+    }
+    let proxies = if cli.ignore_proxy_env {
+        Proxies::none()
+    } else {
+        Proxies::from_lookup(|var| std::env::var(var).ok()).map_err(Error::InvalidConfig)?
+    };
+    let options = RuntimeOptions {
+        proxies: Arc::new(proxies),
+        tls: TlsOptions {
+            ca_bundle: cli.ca_bundle.clone().or_else(|| meltano_path("ca_bundle")),
+            client_cert: cli
+                .client_cert
+                .clone()
+                .or_else(|| meltano_path("client_cert")),
+            client_key: cli
+                .client_key
+                .clone()
+                .or_else(|| meltano_path("client_key")),
+        },
+        addresses: AddressAllowance {
+            loopback: switch(cli.allow_loopback, "allow_loopback"),
+            private: !switch(cli.refuse_private, "refuse_private"),
+            ..AddressAllowance::single_user()
+        },
+        // One user's own work, with no neighbours to protect: the call deadline bounds it, and
+        // a large import is not cut short.
+        cpu_budget: SINGLE_USER_CPU_BUDGET,
+        cpu_share: None,
+        ..RuntimeOptions::default()
+    };
+    let mut env = settings::from_env(|var| std::env::var(var).ok());
+    if cli.uri_from_flag {
+        let (kept, dropped) = settings::unstated(env, &cli.uri);
+        env = kept;
+        for name in dropped {
+            tracing::info!("the {name} in the environment is not used: --uri states it");
+        }
+    }
+    let all_settings = settings::layered(env, cli.settings.clone());
+    if let Command::Migrate { print: true } = cli.command {
+        let config = Config::parse(&cli.uri, &all_settings).map_err(Error::from)?;
+        let runtime = Runtime::load(&component, options)?;
+        let backend = runtime
+            .open_parsed(&config, &cli.uri, all_settings, Default::default())
+            .await?;
+        return commands::print_migration(&config, backend).await;
+    }
+    if let Command::Serve { .. } = cli.command {
+        let mut all_settings = all_settings;
+        for (name, value) in clickhouse_state_contract::settings::served_defaults() {
+            if !all_settings.iter().any(|(given, _)| given == name) {
+                all_settings.push((name.into(), value.into()));
+            }
+        }
+        let backend = match start_serving(&cli.uri, all_settings, &component, options).await {
+            Ok(backend) => backend,
+            Err((error, setting)) => {
+                serve::startup_failure(&error, setting.as_deref());
+                return Err(Failure::Reported(exit_code(&error)));
+            }
+        };
+        serve::serve_stdio(backend).await?;
+        return Ok(Value::Null);
+    }
+    let mut timings = Timings::new(cli.timings);
+    let runtime = Runtime::load(&component, options)?;
+    timings.lap("load");
+    let mut backend = runtime.open(&cli.uri, all_settings).await?;
+    timings.lap("open");
+    let output = commands::execute(&mut backend, cli.command).await;
+    timings.lap("call");
+    let closed = backend.close().await;
+    timings.lap("close");
+    timings.print();
+    let output = output?;
+    closed?;
+    Ok(output)
+}
+
+/// The parts of one command's time (`--timings`), each from the end of the one before.
+struct Timings {
+    on: bool,
+    last: std::time::Instant,
+    parts: Map<String, Value>,
+}
+
+impl Timings {
+    fn new(on: bool) -> Self {
+        Timings {
+            on,
+            last: std::time::Instant::now(),
+            parts: Map::new(),
+        }
+    }
+
+    fn lap(&mut self, part: &str) {
+        let now = std::time::Instant::now();
+        let ms = (now - self.last).as_secs_f64() * 1000.0;
+        self.parts
+            .insert(part.into(), json!((ms * 1000.0).round() / 1000.0));
+        self.last = now;
+    }
+
+    fn print(&self) {
+        if self.on {
+            eprintln!("{}", json!({ "timings_ms": self.parts }));
+        }
+    }
+}
+
+/// The instance `serve` runs, or why there is none and which setting that is about.
+async fn start_serving(
+    uri: &str,
+    settings: Settings,
+    component: &Path,
+    options: RuntimeOptions,
+) -> Result<Backend, (Error, Option<String>)> {
+    let config = Config::parse_blaming(uri, &settings).map_err(|e| {
+        let setting = match e.culprit {
+            Culprit::Uri => "uri".to_string(),
+            Culprit::Setting(name) => name,
+        };
+        (Error::from(e.error), Some(setting))
+    })?;
+    // Loading builds the TLS configuration once; a configuration error there is about a file.
+    let tls = options.tls.clone();
+    let runtime = Runtime::load(component, options).map_err(|e| {
+        let setting = match e {
+            Error::InvalidConfig(_) => tls.culprit().map(str::to_string),
+            _ => None,
+        };
+        (e, setting)
+    })?;
+    runtime
+        .open_parsed(&config, uri, settings, Default::default())
+        .await
+        .map_err(|e| (e, None))
+}
