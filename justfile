@@ -108,26 +108,28 @@ test: guest
         started=1
     fi
     trap '[[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
-    {{just_executable()}} test-clickhouse
-    {{just_executable()}} test-node
+    # Each step's wall time on stderr, where CI's time goes (CONTRIBUTING's recipe table)
+    timed() { local start=$SECONDS; "$@"; echo "time: $* took $((SECONDS - start)) s" >&2; }
+    timed {{just_executable()}} test-clickhouse
+    timed {{just_executable()}} test-node
     # The outage tests (tests/tests/outage.rs) spend minutes waiting for their own ClickHouse
     # to come back, with little CPU: their binary runs beside the other suites.
-    cargo test --workspace --no-run
+    timed cargo test --workspace --no-run
     outage=$(cargo test --workspace --no-run --message-format=json 2>/dev/null \
         | {{python}} -c 'import json, sys; print(*[m["executable"] for m in map(json.loads, sys.stdin) if m.get("target", {}).get("name") == "outage" and m.get("executable")])')
     [[ -x "$outage" ]] || { echo "no outage test binary ($outage)" >&2; exit 1; }
     "$outage" --test-threads 3 --nocapture > target/outage-tests.log 2>&1 &
     outage_pid=$!
     trap 'kill "$outage_pid" 2>/dev/null || true; [[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
-    cargo test --workspace -- --skip outage::
+    timed cargo test --workspace -- --skip outage::
     if ! wait "$outage_pid"; then cat target/outage-tests.log; echo "the outage tests failed" >&2; exit 1; fi
     grep -E "^test |operations in|test result" target/outage-tests.log
-    {{just_executable()}} test-wheel
+    timed {{just_executable()}} test-wheel
     # --workspace: the same dependency features as the test build above, so nothing rebuilds
-    BENCH_QUICK=1 cargo bench --profile dev --workspace --bench report
-    {{just_executable()}} bench-ab
+    BENCH_QUICK=1 timed cargo bench --profile dev --workspace --bench report
+    timed {{just_executable()}} bench-ab
     # The SQL guard's mutants against the engine: about two minutes, so on every commit
-    {{python}} tests/mutants/sql_guard.py
+    timed {{python}} tests/mutants/sql_guard.py
 
 # The Node host (hosts/node): the built component transpiled by jco into hosts/node/gen, its
 # own imports mapped to the host's glue and its outgoing HTTP to the host's egress policy
