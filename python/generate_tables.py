@@ -1,7 +1,7 @@
 """Writes what is generated from the host's tables (`state-backend settings`, `errors`).
 
     python python/generate_tables.py target/debug/state-backend           (`just python-tables`)
-    python python/generate_tables.py target/debug/state-backend --check   (in `just lint`)
+    python python/generate_tables.py target/release/state-backend --check (in `just lint`)
 
 From the settings: the Meltano package's `settings_table.py` (each setting's Meltano name,
 kind, scope and description), its `meltano.settings` entry points in `pyproject.toml` (between

@@ -109,8 +109,10 @@ MUTANTS: list[tuple[str, str, str]] = [
 
 
 def run_test() -> tuple[bool, str]:
+    # --workspace, as `just test` builds: `-p integration-tests` alone resolves the dependencies'
+    # features differently, and its first build took two minutes in CI.
     done = subprocess.run(
-        ["cargo", "test", "-q", "-p", "integration-tests", "--test", "integration", "--", TEST],
+        ["cargo", "test", "-q", "--workspace", "--test", "integration", "--", TEST],
         cwd=ROOT,
         capture_output=True,
         text=True,
