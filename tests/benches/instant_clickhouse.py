@@ -180,7 +180,12 @@ class Handler(BaseHTTPRequestHandler):
         self._handle()
 
     def _handle(self) -> None:
+        # Reading the body counts as the client's time, not the server's: our host sends its
+        # body after its headers (the guest writes it once the request is under way), and a
+        # wait for it is the client's. The parsing it includes is charged to both clients.
+        reading = time.perf_counter()
         body = read_body(self)
+        self.started += time.perf_counter() - reading
         if self.path.startswith("/__instant/"):
             return self._control()
         store = self.store
