@@ -345,12 +345,16 @@ def floor_ratio(times: dict, call: str) -> float:
     return p50(times["instant"]["ours"][call]) / p50(times["instant"]["original"][call])
 
 
+def calls_above(times: dict, bound: float) -> list[str]:
+    """The calls whose floor (p50) is more than ``bound`` times the original's, in this run."""
+    return [call for call in CALLS if floor_ratio(times, call) > bound]
+
+
 def out_of_bounds(times: dict, bound: float) -> list[str]:
-    """Each call whose floor (p50) is more than ``bound`` times the original's, in this run."""
+    """A line for each of ``calls_above(times, bound)``."""
     return [
         f"{call}: the floor is {floor_ratio(times, call):.2f}x the original's (at most {bound}x)"
-        for call in CALLS
-        if floor_ratio(times, call) > bound
+        for call in calls_above(times, bound)
     ]
 
 
@@ -421,13 +425,14 @@ def render(
         "The *instant ClickHouse* (`tests/benches/instant_clickhouse.py`, 127.0.0.1) recorded the "
         "local ClickHouse's answers during one warm-up round of the same sequence, then "
         "replayed them without touching ClickHouse. It counts its own time on each request, from "
-        "its request line (for a connection's first request, from the connection's accept: the "
-        "thread it starts and its set-up are the server's work) to its answer, less the time "
-        "it reads the request's body (ours sends its body after its headers: a wait for it is "
-        "the client's) (finding the "
-        "answer costs it more for a longer URL: ours carries its settings there), and that share is taken out of each call's time: what "
+        "its request line to its answer, and that share is taken out of each call's time: what "
         "is left is the backend's own overhead, the floor. *Real* is the local ClickHouse (chDB "
-        "behind its HTTP front), whole calls. "
+        "behind its HTTP front), whole calls. The server's time on a connection's first request "
+        "starts at the connection's accept (the thread it starts and its set-up are its own "
+        "work, paid once per query by a client that connects per query), and leaves out reading "
+        "the request's body (ours sends its body after its headers: a wait for it is the "
+        "client's). Finding the answer costs it more for a longer URL: ours carries its "
+        "settings there. "
         f"Each round runs {args.calls} timed calls of each kind per backend against the "
         f"instant server, then the same against the real one; {args.rounds} rounds. `set`, "
         "`get` and `state-ids` alternate ours and the original call by call; `update` is a "
@@ -471,7 +476,7 @@ def render(
             f"| {name} | {p50(o) / p50(g):.2f}x | {p99(o) / p99(g):.2f}x | "
             f"{p50(ro) / p50(rg):.2f}x | {p99(ro) / p99(rg):.2f}x |"
         )
-    missed = [call for call in CALLS if floor_ratio(times, call) > GOAL]
+    missed = calls_above(times, GOAL)
     lines += [
         "",
         f"The goal, each call's floor p50 at most {GOAL}x the original's: "
