@@ -42,6 +42,12 @@ guest: setup
     {{python}} guest/optimize.py target/wasm32-wasip2/release-guest/clickhouse_state.wasm
     @ls -l target/wasm32-wasip2/release-guest/clickhouse_state.wasm | awk '{print "component: " $NF " (" $5 " bytes)"}'
 
+# The bridge finds it in the Python package (python/src/meltano_clickhouse_state/embedded.py).
+# The host as a library for Meltano's process (release build), into the Python package
+embedded:
+    cargo rustc --release -p meltano-state-host --lib --crate-type cdylib --features embedded -- -C strip=symbols
+    cp target/release/{{ if os() == "windows" { "state_host.dll" } else if os() == "macos" { "libstate_host.dylib" } else { "libstate_host.so" } }} python/src/meltano_clickhouse_state/
+
 # Build the guest and the host CLI (target/debug/state-backend)
 build: guest
     cargo build -p meltano-state-host
@@ -290,10 +296,13 @@ test-wheel: wheel-dev
         STATE_BACKEND_TEST_INSTALLED=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
 
 # A platform wheel of the Meltano backend into target/wheels: the release host (linked against
-# glibc 2.17 with zig, so manylinux2014), the component and the Python package. `target=` cross-
-# builds, e.g. `just wheel aarch64-unknown-linux-gnu`.
+# glibc 2.17 with zig, so manylinux2014), the component and the Python package; a wheel for this
+# machine also the host as a library for Meltano's process (`embedded`; where it cannot load,
+# the bridge runs the executable). `target=` cross-builds, e.g. `just wheel aarch64-unknown-linux-gnu`.
 wheel target="": guest
     cp target/wasm32-wasip2/release-guest/clickhouse_state.wasm python/src/meltano_clickhouse_state/
+    rm -f python/src/meltano_clickhouse_state/*state_host.*
+    {{ if target == "" { just_executable() + " embedded" } else { "" } }}
     cd python && PATH="{{justfile_directory()}}/.venv/bin:$PATH" \
         {{ if target =~ "apple-darwin" { "SDKROOT=" + justfile_directory() + "/python/macos-sdk" } else { "" } }} \
         maturin build --release --zig --compatibility manylinux2014 \

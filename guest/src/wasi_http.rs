@@ -5,7 +5,7 @@ use crate::bindings::wasi::http::types::{
     ErrorCode, Fields, FutureIncomingResponse, IncomingResponse, Method, OutgoingBody,
     OutgoingRequest, RequestOptions, Scheme as WasiScheme,
 };
-use crate::bindings::wasi::io::streams::StreamError;
+use crate::bindings::wasi::io::streams::{OutputStream, StreamError};
 use crate::config::Scheme;
 use crate::http::{Request, Response, Transport, TransportError};
 
@@ -58,32 +58,28 @@ impl Transport for WasiHttp {
             let future = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
             return read_response(await_response(&future)?);
         }
+        // As much of the body as the host takes without waiting is written before the request
+        // is handed over: a body that is whole by then goes out with its headers in one write,
+        // instead of the headers first and the body after a round through the host. The rest,
+        // if any, is written once the host is sending (waiting for room before would wait for
+        // ever: nothing drains the body until then).
+        let mut rest: &[u8] = &request.body;
+        let stream = body.write().ok();
+        if let Some(stream) = &stream {
+            write_body(stream, &mut rest, false);
+        }
+        if rest.is_empty() {
+            drop(stream);
+            OutgoingBody::finish(body, None).map_err(error_code)?;
+            let future = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
+            return read_response(await_response(&future)?);
+        }
         let future = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
-
         // If the host refuses the request, writing the body fails first; the response future
         // then carries the real reason, so a write failure only stops the writing.
-        if let Ok(stream) = body.write() {
-            // As much per write as the host permits, one flush at the end: a large insert is
-            // not cut into 4 KiB writes that each wait for a flush.
-            let mut rest: &[u8] = &request.body;
-            while !rest.is_empty() {
-                let Ok(permit) = stream.check_write() else {
-                    break;
-                };
-                if permit == 0 {
-                    stream.subscribe().block();
-                    continue;
-                }
-                let n = usize::try_from(permit)
-                    .unwrap_or(usize::MAX)
-                    .min(rest.len());
-                if stream.write(&rest[..n]).is_err() {
-                    break;
-                }
-                rest = &rest[n..];
-            }
+        if let Some(stream) = stream {
+            write_body(&stream, &mut rest, true);
             let _ = stream.blocking_flush();
-            drop(stream);
         }
         let finished = OutgoingBody::finish(body, None);
         let response = await_response(&future)?;
@@ -91,6 +87,31 @@ impl Transport for WasiHttp {
             return Err(error_code(code));
         }
         read_response(response)
+    }
+}
+
+/// Writes as much of `rest` as the host permits per write (a large insert is not cut into
+/// 4 KiB writes that each wait for a flush); when the host has no room, waits for it if `wait`,
+/// else stops. A write failure stops the writing.
+fn write_body(stream: &OutputStream, rest: &mut &[u8], wait: bool) {
+    while !rest.is_empty() {
+        let Ok(permit) = stream.check_write() else {
+            return;
+        };
+        if permit == 0 {
+            if !wait {
+                return;
+            }
+            stream.subscribe().block();
+            continue;
+        }
+        let n = usize::try_from(permit)
+            .unwrap_or(usize::MAX)
+            .min(rest.len());
+        if stream.write(&rest[..n]).is_err() {
+            return;
+        }
+        *rest = &rest[n..];
     }
 }
 

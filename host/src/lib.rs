@@ -16,6 +16,8 @@ mod backend;
 mod bindings;
 pub mod cache;
 pub mod clock;
+#[cfg(feature = "embedded")]
+pub mod embedded;
 mod engine;
 mod error;
 pub mod history;
@@ -24,6 +26,7 @@ mod limits;
 mod linker;
 mod records;
 mod runtime;
+pub mod serve;
 pub mod settings;
 mod state;
 

@@ -155,6 +155,22 @@ def host_bin() -> Path:
     return path
 
 
+def in_process() -> bool:
+    """Whether Meltano's processes run the host themselves (the embedded host library, which
+    the wheel installs) rather than as a child process: the default wherever it is installed."""
+    from meltano_clickhouse_state.embedded import find_library
+
+    return find_library() is not None
+
+
+@pytest.fixture
+def child_process(monkeypatch) -> None:
+    """The host as a child process (`state-backend serve`) for this test and the Meltano
+    processes it starts, where the default is the host in the process: for what only a child
+    process has (a process of its own to kill, an executable to find)."""
+    monkeypatch.setenv("STATE_BACKEND_IN_PROCESS", "0")
+
+
 @pytest.fixture
 def schema(clickhouse: ClickHouse):
     """A database of this test's own, dropped afterwards."""

@@ -9,6 +9,12 @@ Once a few bookmarks are stored, it is killed with SIGKILL:
   (an update's lease is the lock timeout, 10 s under Meltano).
 - `all`: both, as a container's kill does.
 
+With the host in Meltano's process (the default where the wheel installed its library), there
+is one process to kill:
+
+- `in-process`: Meltano's process group; the kept grant stays in the lock log until its lease
+  ends, as with `all`.
+
 Then `meltano run --force` runs at once. Its first state write must succeed within 15 s of the
 kill and the run must save its bookmark; the time is printed.
 """
@@ -28,7 +34,7 @@ from pathlib import Path
 import pytest
 from test_pipeline import RUN, STATE_ID, set_up_pipeline, write_events
 
-from conftest import MELTANO
+from conftest import MELTANO, in_process
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and /proc")
 
@@ -66,6 +72,15 @@ def bookmark(clickhouse, schema) -> str | None:
 
 def host_of(pid: int) -> int:
     """The pid of the state-backend host that process `pid` started."""
+    hosts = hosts_of(pid)
+    if not hosts:
+        raise AssertionError(f"no state-backend host among the children of {pid}")
+    return hosts[0]
+
+
+def hosts_of(pid: int) -> list[int]:
+    """The pids of the state-backend hosts (`serve`) that process `pid` started."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -76,8 +91,8 @@ def host_of(pid: int) -> int:
             continue
         parent = int(stat.rsplit(")", 1)[1].split()[1])
         if parent == pid and b"serve" in cmdline:
-            return int(entry.name)
-    raise AssertionError(f"no state-backend host among the children of {pid}")
+            found.append(int(entry.name))
+    return found
 
 
 def alive(pid: int) -> bool:
@@ -122,18 +137,28 @@ def progress_after(clickhouse, schema, beyond: int, killed: float, process) -> f
     return None
 
 
-@pytest.mark.parametrize("kill", ["group", "host", "all"])
+@pytest.mark.parametrize("kill", ["group", "host", "all", "in-process"])
 def test_a_killed_run_does_not_lock_out_the_next(project, clickhouse, schema, host_bin, kill):
-    """`group`: Meltano's process group; its host, in a session of its own, sees its input end
-    and gives the lock back. `host`: the host alone; Meltano's run goes on, its adapter starts a
-    new host, and that one must get the lock the dead one kept. `all`: both, as a container's
-    kill does. Then (but for `host`) `meltano run --force` at once."""
+    """With the host as a child process: `group`: Meltano's process group; its host, in a
+    session of its own, sees its input end and gives the lock back. `host`: the host alone;
+    Meltano's run goes on, its adapter starts a new host, and that one must get the lock the
+    dead one kept. `all`: both, as a container's kill does. `in-process`: Meltano's group, the
+    host in Meltano's process. Then (but for `host`) `meltano run --force` at once."""
+    if kill == "in-process":
+        if not in_process():
+            pytest.skip("no embedded host library (STATE_BACKEND_LIBRARY)")
+    else:
+        project.env["STATE_BACKEND_IN_PROCESS"] = "0"
     log = project.path / "killed.log"
     run = start_stream(project, clickhouse, schema, log)
-    host = host_of(run.pid)
+    if kill == "in-process":
+        assert hosts_of(run.pid) == [], "the host runs as a child process, not in Meltano's"
+        host = None
+    else:
+        host = host_of(run.pid)
     if kill in ("host", "all"):
         os.kill(host, signal.SIGKILL)
-    if kill in ("group", "all"):
+    if kill in ("group", "all", "in-process"):
         os.killpg(run.pid, signal.SIGKILL)
     killed = time.monotonic()
     beyond = index(bookmark(clickhouse, schema)) + 2
@@ -141,7 +166,7 @@ def test_a_killed_run_does_not_lock_out_the_next(project, clickhouse, schema, ho
         nxt = run
     else:
         run.wait()
-        if kill == "all":
+        if kill in ("all", "in-process"):
             # The kill left a live grant behind: otherwise this test would show nothing.
             assert lock_info(host_bin, project.env, schema)["locked"], "no lock left"
         else:
@@ -200,12 +225,23 @@ def start_stream(project, clickhouse, schema, log: Path) -> subprocess.Popen:
     return run
 
 
-def test_a_ctrl_c_of_meltano_run_leaves_no_lock_behind(project, clickhouse, schema, host_bin):
+@pytest.mark.parametrize("host_in", ["child process", "meltano's process"])
+def test_a_ctrl_c_of_meltano_run_leaves_no_lock_behind(
+    project, clickhouse, schema, host_bin, host_in
+):
     """SIGINT to the run's process group, as a terminal's Ctrl-C sends it: Meltano stops, and
     its host gives back the lock it kept before it exits (not when the lease ends)."""
+    if host_in == "child process":
+        project.env["STATE_BACKEND_IN_PROCESS"] = "0"
+    elif not in_process():
+        pytest.skip("no embedded host library (STATE_BACKEND_LIBRARY)")
     log = project.path / "interrupted.log"
     run = start_stream(project, clickhouse, schema, log)
-    host = host_of(run.pid)
+    if host_in == "child process":
+        host = host_of(run.pid)
+    else:
+        assert hosts_of(run.pid) == [], "the host runs as a child process, not in Meltano's"
+        host = run.pid
     assert lock_info(host_bin, project.env, schema)["locked"], "the stream keeps the lock"
     os.killpg(run.pid, signal.SIGINT)
     try:

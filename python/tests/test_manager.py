@@ -22,7 +22,7 @@ from meltano.core.state_store.base import StateIDLockedError
 from meltano_clickhouse_state import BackendError, ClickHouseStateStoreManager, settings
 from meltano_clickhouse_state.bridge import Bridge
 
-from conftest import INSTALLED, ROOT
+from conftest import INSTALLED, ROOT, in_process
 
 WORKER = Path(__file__).with_name("lock_worker.py")
 
@@ -223,9 +223,10 @@ def test_a_writer_whose_lock_was_broken_cannot_overwrite(manager, manager_kwargs
     assert manager.get(sid).completed_state == {"singer_state": {"v": 2}}
 
 
-def test_a_crashed_host_gives_a_clear_error_and_the_next_call_recovers(manager):
+def test_a_crashed_host_gives_a_clear_error_and_the_next_call_recovers(child_process, manager):
     manager.set(MeltanoState("dev:crash", {}, {"singer_state": {"v": 1}}))
     # Killed while this manager holds a lock, whose number only that host knew: an error.
+    assert manager._bridge.pid != os.getpid(), "the host is not a child process"
     with pytest.raises(BackendError) as crashed:
         with manager.acquire_lock("dev:crash", retry_seconds=1):
             os.kill(manager._bridge.pid, signal.SIGKILL)
@@ -243,7 +244,7 @@ def test_a_crashed_host_gives_a_clear_error_and_the_next_call_recovers(manager):
     assert manager.get("dev:crash").completed_state == {"singer_state": {"v": 1}}
 
 
-def test_a_missing_host_gives_a_clear_error(manager_kwargs, monkeypatch):
+def test_a_missing_host_gives_a_clear_error(child_process, manager_kwargs, monkeypatch):
     monkeypatch.setenv("STATE_BACKEND_BIN", "/nonexistent/state-backend")
     with pytest.raises(BackendError, match="STATE_BACKEND_BIN names /nonexistent/state-backend"):
         make(**{**manager_kwargs, "table": "other"})
@@ -479,7 +480,9 @@ def test_the_host_is_found_in_order(tmp_path, monkeypatch, host_bin):
         find_executable(nowhere, nowhere)
 
 
-def test_a_windows_install_is_found_and_runs(tmp_path, monkeypatch, host_bin, manager_kwargs):
+def test_a_windows_install_is_found_and_runs(
+    child_process, tmp_path, monkeypatch, host_bin, manager_kwargs
+):
     """The wheel on Windows: pip puts the host in the environment's ``Scripts\\`` as
     ``state-backend.exe`` and the component in ``Lib\\site-packages``. Laid out by the nt
     install scheme (with this platform's host under the name the adapter uses on Windows), and
@@ -541,6 +544,11 @@ def test_the_installed_wheel_brings_its_host_and_component(host_bin):
     assert ROOT / "python" not in component.resolve().parents
     config = bridge.HostConfig(uri="clickhouse://u:p@h/db")
     assert config.environment()[bridge.COMPONENT_ENV] == str(component)
+    # the host as a library for this process, inside the installed package: the default host
+    from meltano_clickhouse_state import embedded
+
+    library = embedded.find_library()
+    assert library is not None and library.parent == component.parent
 
 
 def test_a_second_package_serving_clickhouse_refuses_this_one(
@@ -613,3 +621,45 @@ def test_the_meltano_settings_are_the_hosts(host_bin):
             assert "Required" in definition.description, name
         elif default and default not in {"none", "from the URI", "from the URI, else empty"}:
             assert default.strip("`") in definition.description, (name, default)
+
+
+@pytest.mark.skipif(not in_process(), reason="no embedded host library (STATE_BACKEND_LIBRARY)")
+def test_where_the_library_is_installed_the_host_runs_in_this_process(manager_kwargs, clickhouse):
+    """The default where the wheel installed the library: the host in Meltano's process, no
+    child. It answers as the child does, gives back a kept lock when closed (at Meltano's exit),
+    and a configuration error is Meltano's, naming the setting."""
+    import psutil
+    from meltano_clickhouse_state.embedded import Embedded
+
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    manager = make(**{**manager_kwargs, "table": "in_process"})
+    assert isinstance(manager._bridge, Embedded) and manager._bridge.pid == os.getpid()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= children
+    sid = "dev:in-process"
+    manager.update(MeltanoState(sid, {"singer_state": {"i": 1}}, {}))
+    assert manager.get(sid).partial_state == {"singer_state": {"i": 1}}
+    # The update's lock is kept for the next one; closing the host gives it back.
+    assert manager._call("lock_info", state_id=sid) is not None
+    Bridge.close_all()
+    assert not manager._bridge.alive
+    with make(**{**manager_kwargs, "table": "in_process"}) as after:
+        assert after._call("lock_info", state_id=sid) is None
+    with pytest.raises(MeltanoConfigurationError) as refused:
+        make(**{**manager_kwargs, "table": "x", "lock_mode": "sometimes"})
+    assert refused.value.setting == "state_backend.clickhouse.lock_mode"
+
+
+def test_a_library_that_cannot_load_falls_back_to_a_child_process(
+    manager_kwargs, tmp_path, monkeypatch, caplog
+):
+    """A library built for a newer system than this one fails to load: the bridge runs the host
+    as a child process instead, and says so at info level."""
+    not_a_library = tmp_path / "libstate_host.so"
+    not_a_library.write_bytes(b"not a shared library")
+    monkeypatch.setenv("STATE_BACKEND_LIBRARY", str(not_a_library))
+    caplog.set_level(logging.INFO)
+    with make(**{**manager_kwargs, "table": "fallback"}) as manager:
+        assert isinstance(manager._bridge, Bridge) and manager._bridge.pid != os.getpid()
+        manager.set(MeltanoState("dev:fallback", {}, {"singer_state": {"v": 1}}))
+        assert manager.get("dev:fallback").completed_state == {"singer_state": {"v": 1}}
+    assert "running the host as a child process" in caplog.text

@@ -20,6 +20,7 @@ adapter) and a built host (target/release/state-backend). It connects to 127.0.0
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
 import json
 import os
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from meltano.core.state_store import MeltanoState, StateBackend
 from meltano_clickhouse_state.bridge import COMPONENT_ENV, Bridge, find_component
+from meltano_clickhouse_state.embedded import LIBRARY_ENV, Embedded, find_library, library_name
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python" / "tests"))
@@ -47,7 +49,12 @@ CALLS = ("set", "get", "state-ids", "update")
 GOAL = 1.15
 #: The exit status when a call's floor passes --fail-above (1: the tripwire, or an error).
 OUT_OF_BOUNDS = 2
-BACKENDS = ("ours", "original")
+LIBRARY_NAME = library_name()
+EMBEDDED = "meltano-state-host --lib --crate-type cdylib --features embedded"
+#: Ours as Meltano runs it (the host in its process), ours with the host as a child process
+#: (what the embedded host saves), and the original's test copy.
+BACKENDS = ("ours", "ours (child process)", "original")
+OURS = BACKENDS[:2]
 
 
 def parse_args() -> argparse.Namespace:
@@ -79,6 +86,12 @@ def parse_args() -> argparse.Namespace:
         type=Path,
         default=ROOT / "target" / "release" / "state-backend",
         help="the host executable (default target/release/state-backend)",
+    )
+    parser.add_argument(
+        "--library",
+        type=Path,
+        help=f"the embedded host library (default ${LIBRARY_ENV}, else the one installed with "
+        "the adapter, else target/release's)",
     )
     parser.add_argument(
         "--component",
@@ -148,27 +161,38 @@ class Target:
         self.clickhouse = ClickHouse(False, "127.0.0.1", port, "default", "")
         self.uri = f"clickhouse://default:@127.0.0.1:{port}/default"
 
-    def managers(self):
-        # As Meltano makes ours (its factory, its keyword arguments); the original as its tests do.
-        ours = StateBackend.get_manager_factory(scheme="clickhouse")(
-            uri=self.uri,
-            schema=self.schema,
-            table=f"ours_{self.name}",
-            allow_loopback=True,
-            lock_timeout_seconds=10,
-            lock_retry_seconds=1,
-        )
+    def managers(self, host_bin: Path):
+        """Each backend's manager, by label: ours as Meltano makes it (its factory, its keyword
+        arguments), the original as its tests do."""
+
+        def ours(table: str):
+            return StateBackend.get_manager_factory(scheme="clickhouse")(
+                uri=self.uri,
+                schema=self.schema,
+                table=table,
+                allow_loopback=True,
+                lock_timeout_seconds=10,
+                lock_retry_seconds=1,
+            )
+
+        in_process, child = ours(f"ours_{self.name}"), ours(f"ours_child_{self.name}")
+        # A configuration naming the executable runs its host as a child process (and, being a
+        # configuration of its own, a host of its own).
+        child.config = dataclasses.replace(child.config, executable=host_bin)
+        child._bridge = Bridge.shared(child.config)
+        # Each backend as it is named, or the comparison is of nothing.
+        assert isinstance(in_process._bridge, Embedded), "ours does not run in this process"
+        assert child._bridge.pid != os.getpid(), "ours (child process) is not a child"
         original = OriginalStateStoreManager(self.clickhouse, self.schema, f"orig_{self.name}")
-        return ours, original
+        return dict(zip(BACKENDS, (in_process, child, original), strict=True))
 
 
-def run_round(target: Target, n: int, times: dict, served=None) -> None:
+def run_round(target: Target, host_bin: Path, n: int, times: dict, served=None) -> None:
     """One round on one target: set/get/state-ids alternating ours and the original call by
     call, then a stream of updates on each. With ``served`` (the instant server's count of its
     own milliseconds), each call's time is the client's alone: the server's share of it is
     taken out, and kept in ``times["server"]``."""
-    ours, original = target.managers()
-    pairs = (("ours", ours), ("original", original))
+    pairs = tuple(target.managers(host_bin).items())
 
     def timed(label: str, call: str, run) -> None:
         before = served() if served else 0.0
@@ -190,16 +214,16 @@ def run_round(target: Target, n: int, times: dict, served=None) -> None:
             timed(label, "state-ids", lambda m=manager, x=label: list(m.get_state_ids(f"{x}:*")))
     for label, manager in pairs:
         state_id = f"{label}:stream"
-        if label == "ours":
+        if label in OURS:
             # The first update takes the lock; the host keeps it for the next (steady state).
             manager.update(MeltanoState(state_id, {"singer_state": {"s": -1}}, {}))
         for i in range(n):
             state = MeltanoState(state_id, {"singer_state": {"bookmarks": {"s": i}}}, {})
             timed(label, "update", lambda m=manager, s=state: m.update(s))
-        if label == "ours":
+        if label in OURS:
             # Ends the host, which gives the kept lock back now rather than in the background
-            # (its idle checks) while the original runs.
-            ours.close()
+            # (its idle checks) while the next backend runs.
+            manager.close()
             Bridge.close_all()
 
 
@@ -238,7 +262,11 @@ def main() -> int:
     component = args.component or os.environ.get(COMPONENT_ENV) or find_component()
     if component is None:
         sys.exit(f"no component: give --component or set {COMPONENT_ENV}")
-    # The bridge and the CLI run the same host and component.
+    library = args.library or find_library() or ROOT / "target" / "release" / LIBRARY_NAME
+    if not library.is_file():
+        sys.exit(f"no embedded host at {library}: build it (cargo rustc --release -p {EMBEDDED})")
+    # The bridge, the child process and the CLI run the same host and component.
+    os.environ[LIBRARY_ENV] = str(library)
     os.environ["STATE_BACKEND_BIN"] = str(args.host_bin)
     os.environ[COMPONENT_ENV] = str(component)
     # The original's settle (one second per update, by design) is a module constant in its test
@@ -282,7 +310,7 @@ def main() -> int:
             name: {b: {c: [] for c in CALLS} for b in BACKENDS} for name in ("instant", "server")
         }
         instant.control("start")
-        run_round(targets[0], args.calls, warm)
+        run_round(targets[0], args.host_bin, args.calls, warm)
         instant.control("start")
         for _ in range(3):
             subprocess.run(cli_get(targets[0]), env=cli_env, check=True, capture_output=True)
@@ -299,7 +327,7 @@ def main() -> int:
                 if target.name == "instant":
                     instant.control("start")
                     served = lambda: instant.control("stats")["served_ms"]  # noqa: E731
-                run_round(target, args.calls, times, served)
+                run_round(target, args.host_bin, args.calls, times, served)
 
         version = cli_times([str(args.host_bin), "--version"], args.cli_runs, cli_env)
         instant.control("start")
@@ -340,9 +368,10 @@ def main() -> int:
     return OUT_OF_BOUNDS if over else 0
 
 
-def floor_ratio(times: dict, call: str) -> float:
-    """Ours / the original's floor (p50) for one call, in this run."""
-    return p50(times["instant"]["ours"][call]) / p50(times["instant"]["original"][call])
+def floor_ratio(times: dict, call: str, ours: str = "ours") -> float:
+    """Ours (as Meltano runs it, unless ``ours`` names the child process) / the original's
+    floor (p50) for one call, in this run."""
+    return p50(times["instant"][ours][call]) / p50(times["instant"]["original"][call])
 
 
 def calls_above(times: dict, bound: float) -> list[str]:
@@ -435,13 +464,17 @@ def render(
         "settings there. "
         f"Each round runs {args.calls} timed calls of each kind per backend against the "
         f"instant server, then the same against the real one; {args.rounds} rounds. `set`, "
-        "`get` and `state-ids` alternate ours and the original call by call; `update` is a "
+        "`get` and `state-ids` take turns between the backends call by call; `update` is a "
         "stream per backend. Every call goes through Meltano's `StateStoreManager` API.",
         "",
         "- **ours**: the adapter as Meltano makes it (`StateBackend.get_manager_factory`), one "
-        "bridge call per Meltano call to `state-backend serve --stdio`. Its `update` is the "
+        "call per Meltano call to the host in Meltano's process (the embedded host library, "
+        f"`{rel(os.environ[LIBRARY_ENV])}`). Its `update` is the "
         "steady state of a stream: the host keeps the lock between updates (one fenced insert "
         "per update); the first update of each stream, which takes the lock, is not timed.",
+        "- **ours (child process)**: the same, with the host as a child process "
+        "(`state-backend serve --stdio` over a pipe, as `STATE_BACKEND_IN_PROCESS=0` runs it): "
+        "what the embedded host saves.",
         "- **original**: its test copy (`python/tests/original_backend.py`); `update` is "
         "Meltano's own (take the lock, `get`, `set`, release). Its lock waits out a 1 s settle "
         "per update by design; here that settle is set to 0 (`SETTLE_SECONDS`, a module "
@@ -463,10 +496,11 @@ def render(
             )
     lines += [
         "",
-        "Ratios measured in this run, ours / original (below 1: ours is faster):",
+        "Ratios measured in this run, ours / original (below 1: ours is faster), and the "
+        "floor with the host as a child process:",
         "",
-        "| call | floor p50 | floor p99 | real p50 | real p99 |",
-        "|---|---:|---:|---:|---:|",
+        "| call | floor p50 | floor p99 | real p50 | real p99 | child process: floor p50 |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for call in CALLS:
         o, g = times["instant"]["ours"][call], times["instant"]["original"][call]
@@ -474,7 +508,8 @@ def render(
         name = f"{call} (original's settle 0)" if call == "update" else call
         lines.append(
             f"| {name} | {p50(o) / p50(g):.2f}x | {p99(o) / p99(g):.2f}x | "
-            f"{p50(ro) / p50(rg):.2f}x | {p99(ro) / p99(rg):.2f}x |"
+            f"{p50(ro) / p50(rg):.2f}x | {p99(ro) / p99(rg):.2f}x | "
+            f"{floor_ratio(times, call, OURS[1]):.2f}x |"
         )
     missed = calls_above(times, GOAL)
     lines += [

@@ -13,7 +13,6 @@ use clap::{CommandFactory, FromArgMatches};
 mod args;
 mod commands;
 mod output;
-mod request;
 mod run;
 mod serve;
 mod state_json;

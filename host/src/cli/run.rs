@@ -1,24 +1,18 @@
 //! One invocation: the sandbox's options from the flags and Meltano's variables, the component
 //! loaded and opened, the command run (or `serve` started), and `--timings`.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use clickhouse_state_contract::config::{Config, Culprit};
+use clickhouse_state_contract::config::Config;
 use serde_json::{Map, Value, json};
-use state_host::http::policy::AddressAllowance;
-use state_host::http::proxy::Proxies;
 use state_host::http::tls::TlsOptions;
-use state_host::settings::{self, Settings};
-use state_host::{Backend, Error, Runtime, RuntimeOptions};
+use state_host::settings;
+use state_host::{Error, Runtime};
 
 use crate::args::Cli;
 use crate::commands::{self, Command};
 use crate::output::{Failure, exit_code};
 use crate::serve;
-
-/// The CLI's CPU budget per call (the library's default is 10 s).
-const SINGLE_USER_CPU_BUDGET: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// A host option from Meltano's variable for it (`MELTANO_STATE_BACKEND_CLICKHOUSE_<NAME>`), so
 /// that the CLI run beside Meltano sees what Meltano's bridge does; the flag and its own
@@ -63,19 +57,13 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
         return Ok(commands::settings_json());
     }
     if let Command::Methods = cli.command {
-        return Ok(json!(crate::request::Request::methods()));
+        return Ok(json!(state_host::serve::Request::methods()));
     }
     if let Command::Errors = cli.command {
         return Ok(commands::errors_json());
     }
-    let proxies = if cli.ignore_proxy_env {
-        Proxies::none()
-    } else {
-        Proxies::from_lookup(|var| std::env::var(var).ok()).map_err(Error::InvalidConfig)?
-    };
-    let options = RuntimeOptions {
-        proxies: Arc::new(proxies),
-        tls: TlsOptions {
+    let options = state_host::serve::single_user_options(
+        TlsOptions {
             ca_bundle: cli.ca_bundle.clone().or_else(|| meltano_path("ca_bundle")),
             client_cert: cli
                 .client_cert
@@ -86,17 +74,10 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
                 .clone()
                 .or_else(|| meltano_path("client_key")),
         },
-        addresses: AddressAllowance {
-            loopback: switch(cli.allow_loopback, "allow_loopback"),
-            private: !switch(cli.refuse_private, "refuse_private"),
-            ..AddressAllowance::single_user()
-        },
-        // One user's own work, with no neighbours to protect: the call deadline bounds it, and
-        // a large import is not cut short.
-        cpu_budget: SINGLE_USER_CPU_BUDGET,
-        cpu_share: None,
-        ..RuntimeOptions::default()
-    };
+        switch(cli.allow_loopback, "allow_loopback"),
+        switch(cli.refuse_private, "refuse_private"),
+        cli.ignore_proxy_env,
+    )?;
     let mut env = settings::from_env(|var| std::env::var(var).ok());
     if cli.uri_from_flag {
         let (kept, dropped) = settings::unstated(env, &cli.uri);
@@ -115,19 +96,14 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
         return commands::print_migration(&config, backend).await;
     }
     if let Command::Serve { .. } = cli.command {
-        let mut all_settings = all_settings;
-        for (name, value) in clickhouse_state_contract::settings::served_defaults() {
-            if !all_settings.iter().any(|(given, _)| given == name) {
-                all_settings.push((name.into(), value.into()));
-            }
-        }
-        let backend = match start_serving(&cli.uri, all_settings, &component, options).await {
-            Ok(backend) => backend,
-            Err((error, setting)) => {
-                serve::startup_failure(&error, setting.as_deref());
-                return Err(Failure::Reported(exit_code(&error)));
-            }
-        };
+        let backend =
+            match state_host::serve::start(&cli.uri, all_settings, &component, options).await {
+                Ok(backend) => backend,
+                Err((error, setting)) => {
+                    serve::startup_failure(&error, setting.as_deref());
+                    return Err(Failure::Reported(exit_code(&error)));
+                }
+            };
         serve::serve_stdio(backend).await?;
         return Ok(Value::Null);
     }
@@ -175,33 +151,4 @@ impl Timings {
             eprintln!("{}", json!({ "timings_ms": self.parts }));
         }
     }
-}
-
-/// The instance `serve` runs, or why there is none and which setting that is about.
-async fn start_serving(
-    uri: &str,
-    settings: Settings,
-    component: &Path,
-    options: RuntimeOptions,
-) -> Result<Backend, (Error, Option<String>)> {
-    let config = Config::parse_blaming(uri, &settings).map_err(|e| {
-        let setting = match e.culprit {
-            Culprit::Uri => "uri".to_string(),
-            Culprit::Setting(name) => name,
-        };
-        (Error::from(e.error), Some(setting))
-    })?;
-    // Loading builds the TLS configuration once; a configuration error there is about a file.
-    let tls = options.tls.clone();
-    let runtime = Runtime::load(component, options).map_err(|e| {
-        let setting = match e {
-            Error::InvalidConfig(_) => tls.culprit().map(str::to_string),
-            _ => None,
-        };
-        (e, setting)
-    })?;
-    runtime
-        .open_parsed(&config, uri, settings, Default::default())
-        .await
-        .map_err(|e| (e, None))
 }

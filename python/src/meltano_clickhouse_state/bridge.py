@@ -1,14 +1,15 @@
-"""The bridge to the component: one ``state-backend serve --stdio`` process, JSON lines.
+"""The bridge to the component: the host, asked in JSON lines (the protocol of
+``state-backend serve``), one host per configuration per Meltano process.
 
-Why a process and not an extension module: the host is a wasmtime application with its own async
-runtime, TLS stack and sandbox; running it as a child keeps all of that out of Meltano's
-interpreter (no ABI coupling to a Python version, a crash in it cannot take Meltano down) and
-costs one pipe round trip per call, well under a millisecond, against the several milliseconds
-of the ClickHouse queries behind every call. The process starts once per configuration per
-Meltano process and lives until the interpreter exits.
+Where the wheel installed the host as a library, the host runs in Meltano's process
+(:mod:`.embedded`): a call then costs no pipe round trip and no wake-up of another process.
+Elsewhere, or with ``STATE_BACKEND_IN_PROCESS=0``, or where the library cannot load, it runs as
+a child process, ``state-backend serve --stdio`` (:class:`Bridge`): a crash in it cannot take
+Meltano down, and it gives back the locks it keeps when Meltano dies of a SIGTERM (it sees its
+input end). Either way it starts once per configuration and lives until the interpreter exits.
 
 Start-up: the host's first line says it is ready, or why it cannot start and which setting that
-is about; :class:`Bridge` waits for it, so a bad configuration fails where the manager is made.
+is about; the bridge waits for it, so a bad configuration fails where the manager is made.
 
 Secrets: the URI and the password reach the child in its environment, never on its command
 line (which any local user can read), and nothing here prints them. Other settings are
@@ -33,6 +34,9 @@ import threading
 import typing as t
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if t.TYPE_CHECKING:
+    from meltano_clickhouse_state.embedded import Embedded
 
 logger = logging.getLogger(__name__)
 host_logger = logging.getLogger(f"{__name__}.host")
@@ -137,6 +141,72 @@ class BackendError(Exception):
         #: Why, where the host knows more than the kind: ``address-refused`` when its egress
         #: policy refused the address.
         self.reason = reason
+
+
+class OutOfTurn(Exception):
+    """An answer to another request than the one in hand."""
+
+
+class NotAFirstLine(BackendError):
+    """A host's first line that neither says it is ready nor why it is not."""
+
+    def __init__(self, message: str):
+        super().__init__("host", message)
+
+
+def request_line(request_id: int, method: str, params: dict[str, t.Any]) -> str:
+    """One request of the host's protocol (``state-backend serve``), without its newline."""
+    return json.dumps({"id": request_id, "method": method, "params": params})
+
+
+def result_of(method: str, request_id: int, answer: str | bytes) -> t.Any:
+    """The result in the host's answer to request ``request_id``; raises :class:`BackendError`
+    for an error it answered, :class:`OutOfTurn` for an answer to another request."""
+    try:
+        reply = json.loads(answer)
+    except ValueError:
+        raise BackendError("host", f"the host answered {method} with non-JSON") from None
+    if reply.get("id") != request_id:
+        raise OutOfTurn
+    if "error" in reply:
+        error = reply["error"] or {}
+        raise BackendError(
+            error.get("kind", "unknown"),
+            error.get("message", "unknown error"),
+            error.get("lock"),
+            reason=error.get("reason"),
+        )
+    return reply.get("result")
+
+
+def first_line(line: str | bytes) -> float:
+    """The call deadline (seconds) a host's first line says it is ready with; raises
+    :class:`BackendError` when the line says why it could not start, or is not a ready line."""
+    try:
+        parsed = json.loads(line)
+    except ValueError:
+        raise NotAFirstLine("the host started with a line that is not JSON") from None
+    if "ready" in parsed:
+        try:
+            return float(parsed["ready"]["call_deadline_ms"]) / 1000
+        except (KeyError, TypeError, ValueError):
+            raise NotAFirstLine("the host did not say its call deadline when ready") from None
+    error = parsed.get("error") or {}
+    raise BackendError(
+        error.get("kind", "host"),
+        error.get("message", "the host could not start"),
+        setting=error.get("setting"),
+    )
+
+
+def relay_log_line(line: str) -> None:
+    """One line of the host's log, through this package's logger at its own level."""
+    # The host logs at the level it was started with, which follows this logger's.
+    parsed = _LOG_LINE.match(line)
+    if parsed:
+        host_logger.log(_LEVELS[parsed.group(1)], "%s", parsed.group(2))
+    else:
+        host_logger.warning("%s", line)
 
 
 #: This package's directory and this environment's scripts directory (where pip installs the
@@ -254,7 +324,7 @@ class HostConfig:
 class Bridge:
     """One host process; calls are serialised (one request, one answer)."""
 
-    _shared: t.ClassVar[dict[HostConfig, Bridge]] = {}
+    _shared: t.ClassVar[dict[HostConfig, Bridge | Embedded]] = {}
     _shared_lock: t.ClassVar = threading.Lock()
 
     def __init__(self, config: HostConfig):
@@ -294,39 +364,37 @@ class Bridge:
         if first is _EOF:
             raise self._exited("it was ready")
         try:
-            line = json.loads(first)
-        except ValueError:
+            self._call_deadline = first_line(first)
+        except NotAFirstLine:
             self._process.kill()
-            raise BackendError("host", "the host started with a line that is not JSON") from None
-        if "ready" in line:
+            raise
+        except BackendError:
             try:
-                self._call_deadline = float(line["ready"]["call_deadline_ms"]) / 1000
-            except (KeyError, TypeError, ValueError):
+                self._process.wait(timeout=10)  # it exits after saying why
+            except subprocess.TimeoutExpired:
                 self._process.kill()
-                raise BackendError(
-                    "host", "the host did not say its call deadline when ready"
-                ) from None
-            return
-        error = line.get("error") or {}
-        try:
-            self._process.wait(timeout=10)  # it exits after saying why
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-        raise BackendError(
-            error.get("kind", "host"),
-            error.get("message", "the host could not start"),
-            setting=error.get("setting"),
-        )
+            raise
 
     @classmethod
-    def shared(cls, config: HostConfig) -> Bridge:
-        """The running bridge for ``config``, started on first use or after it died."""
+    def shared(cls, config: HostConfig) -> Bridge | Embedded:
+        """The running host for ``config``, started on first use or after it died: in this
+        process where the embedded host library is installed (:mod:`.embedded`), else a
+        child process."""
+        from meltano_clickhouse_state.embedded import Embedded, Unloadable, find_library
+
         with cls._shared_lock:
             bridge = cls._shared.get(config)
             if bridge is None or not bridge.alive:
                 if bridge is not None:
                     logger.warning("the state-backend host had exited; starting a new one")
-                bridge = cls(config)
+                bridge = None
+                library = None if config.executable else find_library()
+                if library is not None:
+                    try:
+                        bridge = Embedded(config, library)
+                    except Unloadable as e:
+                        logger.info("%s; running the host as a child process", e)
+                bridge = bridge or cls(config)
                 cls._shared[config] = bridge
             return bridge
 
@@ -335,8 +403,12 @@ class Bridge:
         with cls._shared_lock:
             bridges = list(cls._shared.values())
             cls._shared.clear()
-        for bridge in bridges:
-            bridge.close()
+        try:
+            for bridge in bridges:
+                bridge.close()
+        finally:
+            if "meltano_clickhouse_state.embedded" in sys.modules:
+                sys.modules["meltano_clickhouse_state.embedded"].stop_logging()
 
     @property
     def alive(self) -> bool:
@@ -352,7 +424,7 @@ class Bridge:
             if not self.alive:
                 raise self._exited(f"answering {method}")
             request_id = next(self._ids)
-            line = json.dumps({"id": request_id, "method": method, "params": params}) + "\n"
+            line = request_line(request_id, method, params) + "\n"
             try:
                 assert self._process.stdin is not None
                 self._process.stdin.write(line.encode())
@@ -372,21 +444,12 @@ class Bridge:
             if answer is _EOF:
                 raise self._exited(f"answering {method}")
             try:
-                reply = json.loads(answer)
-            except ValueError:
-                raise BackendError("host", f"the host answered {method} with non-JSON") from None
-            if reply.get("id") != request_id:
+                return result_of(method, request_id, answer)
+            except OutOfTurn:
                 self._process.kill()
-                raise BackendError("host", f"the host answered out of turn to {method}; stopped it")
-            if "error" in reply:
-                error = reply["error"] or {}
                 raise BackendError(
-                    error.get("kind", "unknown"),
-                    error.get("message", "unknown error"),
-                    error.get("lock"),
-                    reason=error.get("reason"),
-                )
-            return reply.get("result")
+                    "host", f"the host answered out of turn to {method}; stopped it"
+                ) from None
 
     def close(self, timeout: float = 10.0) -> None:
         """Ends the process: closing its input makes it release held locks and exit."""
@@ -424,12 +487,7 @@ class Bridge:
             line = raw.decode(errors="replace").rstrip()
             if line:
                 self._stderr_tail.append(line)
-                # The host logs at the level it was started with, which follows this logger's.
-                parsed = _LOG_LINE.match(line)
-                if parsed:
-                    host_logger.log(_LEVELS[parsed.group(1)], "%s", parsed.group(2))
-                else:
-                    host_logger.warning("%s", line)
+                relay_log_line(line)
         self._stderr_done.set()
 
 

@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
+use crate::{Backend, Error, HistoryEntry, Lock, LockInfo, Point, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use state_host::{Backend, Error, HistoryEntry, Lock, LockInfo, Point, State};
 use strum::VariantNames;
 
 /// A request: `{"id": …, "method": "<name>", "params": {…}}`, the method a variant's name in
