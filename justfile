@@ -417,10 +417,11 @@ bench-floor *ARGS: clickhouse-start
     {{python}} tests/benches/floor.py {{ARGS}}
 
 # The floor as CI holds it: `bench-floor` with small counts, on the wheel as `test-wheel`
-# installed it (its release host and component) against the original's test copy. The goal (at
-# most 1.15x the original's floor per call) is not met; this holds today's level: it fails when
-# a call's floor is more than 2x the original's in each of up to three runs (one run on a loaded
-# machine is not a slowdown). Writes section 10 of target/bench/report.md, not the report's
+# installed it (its host library in this process, its executable as the child, its component)
+# against the original's test copy. The goal (at most 1.15x the original's floor per call) is
+# not met by `set`; this fails when a call's floor is more than 2x the original's in each of up
+# to three runs (one run on a loaded machine is not a slowdown). Writes section 10 of
+# target/bench/report.md, not the report's
 floor-check: clickhouse-start
     #!/usr/bin/env bash
     set -uo pipefail
