@@ -410,10 +410,11 @@ bench-meltano: guest clickhouse-start python-package
     cargo build --release -p meltano-state-host
     cargo bench -p integration-tests --bench meltano
 
-# Meltano's calls on ours and on the original, and the CLI, against an instant (record-and-replay)
-# ClickHouse and the real one; builds nothing: runs target/release/state-backend as it is
+# Meltano's calls on ours (in Meltano's process, and as a child) and on the original, and the
+# CLI, against an instant (record-and-replay) ClickHouse and the real one; installs the package
+# with its host library first (`python-package`), runs target/release/state-backend as it is
 # Section 10, the overhead floor (a few minutes; --help for options)
-bench-floor *ARGS: clickhouse-start
+bench-floor *ARGS: python-package clickhouse-start
     {{python}} tests/benches/floor.py {{ARGS}}
 
 # The floor as CI holds it: `bench-floor` with small counts, on the wheel as `test-wheel`
