@@ -437,7 +437,8 @@ floor-check: clickhouse-start
             --rounds 2 --cli-runs 5 --fail-above 2.0 --host-bin "$venv/bin/state-backend" \
             --out target/bench/report.md
         status=$?
-        # 2: a call out of bounds in this run; anything else (the tripwire, an error) is final.
+        # 2: a call out of bounds in this run; anything else (the tripwire, a request the instant
+        # server missed, an error) is final.
         [[ $status -eq 2 ]] || exit $status
         echo "floor-check: out of bounds in run $run of 3" >&2
     done
