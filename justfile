@@ -378,7 +378,9 @@ bench-quick: guest clickhouse-start
 
 # The baseline component the A/B compares this tree's with: built from the commit that
 # tests/benches/baseline.commit names, in a worktree of its own, as that commit built it (its
-# own optimizer); cached in .local/baseline. Prints its path
+# own optimizer); cached in .local/baseline. Prints its path. It builds in this tree's target
+# directory, so the dependencies both commits share are built once (on a fresh clone, most of
+# the build); this tree's component, which cargo's copy of the baseline's replaces, is put back.
 baseline-component: setup
     #!/usr/bin/env bash
     set -euo pipefail
@@ -390,9 +392,16 @@ baseline-component: setup
         git worktree prune
         git worktree add --quiet --detach "$src" "$commit"
         echo "baseline: building the component of $commit" >&2
-        (cd "$src" && CARGO_TARGET_DIR="{{justfile_directory()}}/.local/baseline/target"             cargo build --quiet -p clickhouse-state-guest --target wasm32-wasip2 --profile release-guest)
-        built=.local/baseline/target/wasm32-wasip2/release-guest/clickhouse_state.wasm
+        target="{{justfile_directory()}}/target"
+        built=$target/wasm32-wasip2/release-guest/clickhouse_state.wasm
+        mkdir -p .local/baseline
+        ours=""
+        if [[ -f $built ]]; then ours=.local/baseline/head.wasm; cp "$built" "$ours"; fi
+        (cd "$src" && CARGO_TARGET_DIR="$target" cargo build --quiet -p clickhouse-state-guest --target wasm32-wasip2 --profile release-guest) ||
+            { [[ -n $ours ]] && mv "$ours" "$built"; exit 1; }
         cp "$built" "$out.tmp"
+        # A new file, not a write through cargo's hard link into deps/
+        if [[ -n $ours ]]; then rm -f "$built"; mv "$ours" "$built"; fi
         {{python}} "$src/guest/optimize.py" "$out.tmp" >&2
         mv "$out.tmp" "$out"
         git worktree remove --force "$src"
