@@ -126,8 +126,17 @@ test: guest
     [[ -x "$outage" ]] || { echo "no outage test binary ($outage)" >&2; exit 1; }
     "$outage" --test-threads 3 --nocapture > target/outage-tests.log 2>&1 &
     outage_pid=$!
-    trap 'kill "$outage_pid" 2>/dev/null || true; [[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
+    # The model's exhaustive checks (CPU-bound; `test = false`, so not in the workspace's run)
+    # beside the suites, which mostly wait on ClickHouse
+    model=$(cargo test -p lock-model --test check --no-run --message-format=json 2>/dev/null \
+        | {{python}} -c 'import json, sys; print(*[m["executable"] for m in map(json.loads, sys.stdin) if m.get("target", {}).get("name") == "check" and m.get("executable")])')
+    [[ -x "$model" ]] || { echo "no model check binary ($model)" >&2; exit 1; }
+    "$model" > target/model-check.log 2>&1 &
+    model_pid=$!
+    trap 'kill "$outage_pid" "$model_pid" 2>/dev/null || true; [[ -n "$started" ]] && {{just_executable()}} clickhouse-stop' EXIT
     timed cargo test --workspace -- --skip outage::
+    if ! wait "$model_pid"; then cat target/model-check.log; echo "the model's checks failed" >&2; exit 1; fi
+    grep -E "^test |test result" target/model-check.log
     if ! wait "$outage_pid"; then cat target/outage-tests.log; echo "the outage tests failed" >&2; exit 1; fi
     grep -E "^test |operations in|test result" target/outage-tests.log
     timed {{just_executable()}} test-wheel
