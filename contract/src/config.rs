@@ -216,6 +216,11 @@ impl Config {
     pub fn history_view(&self) -> String {
         format!("{}_history_to_state", self.table)
     }
+
+    /// Who the writing processes were (`store.identify`), one row each: `<table>_writers`.
+    pub fn writers_table(&self) -> String {
+        format!("{}_writers", self.table)
+    }
 }
 
 /// What the URI and settings said, before defaults and validation.

@@ -12,6 +12,37 @@ pub struct LockInfo {
     pub expires_at_ms: u64,
 }
 
+/// Who a writing process is, as its host identified it (WIT `writer-info`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriterInfo {
+    pub run_id: String,
+    pub command: String,
+    pub host: String,
+    pub pid: u32,
+    pub meltano_version: String,
+    pub backend_version: String,
+}
+
+impl fmt::Display for WriterInfo {
+    /// `host NAME, pid N, run ID (COMMAND)`, leaving out what is unknown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if !self.host.is_empty() {
+            parts.push(format!("host {}", self.host));
+        }
+        if self.pid != 0 {
+            parts.push(format!("pid {}", self.pid));
+        }
+        if !self.run_id.is_empty() {
+            parts.push(format!("run {}", self.run_id));
+        }
+        if !self.command.is_empty() {
+            parts.push(format!("`{}`", self.command));
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
 /// An error from ClickHouse itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ServerError {

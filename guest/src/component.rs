@@ -8,7 +8,7 @@ use crate::bindings::exports::meltano::state_backend::backend::{
 };
 use crate::bindings::meltano::state_backend::{clock, log, types as wit};
 use crate::bindings::wasi;
-use crate::error::Error;
+use crate::error::{Error, WriterInfo};
 use crate::session::{Level, Platform};
 use crate::store::{State, Store};
 use crate::wasi_http::WasiHttp;
@@ -77,6 +77,51 @@ impl GuestStore for StoreResource {
         Ok(api::Store::new(StoreResource {
             inner: Rc::new(inner),
         }))
+    }
+
+    fn identify(&self, who: wit::WriterInfo) {
+        let wit::WriterInfo {
+            run_id,
+            command,
+            host,
+            pid,
+            meltano_version,
+            backend_version,
+        } = who;
+        self.inner.identify(WriterInfo {
+            run_id,
+            command,
+            host,
+            pid,
+            meltano_version,
+            backend_version,
+        });
+    }
+
+    fn writers(&self, ids: Vec<String>) -> Result<Vec<(String, wit::WriterInfo)>, wit::Error> {
+        let found = self.inner.writers(&ids).map_err(to_wit)?;
+        Ok(found
+            .into_iter()
+            .map(|w| {
+                let WriterInfo {
+                    run_id,
+                    command,
+                    host,
+                    pid,
+                    meltano_version,
+                    backend_version,
+                } = w.who;
+                let who = wit::WriterInfo {
+                    run_id,
+                    command,
+                    host,
+                    pid,
+                    meltano_version,
+                    backend_version,
+                };
+                (w.writer, who)
+            })
+            .collect())
     }
 
     fn get(&self, state_id: String) -> Result<Option<wit::State>, wit::Error> {

@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result, ServerError};
+use crate::error::{Error, Result, ServerError, WriterInfo};
 use protocol::rows::{Candidate, Claim, NewestGeneration, Observation, Outlook, StoredTuple};
 
 fn unexpected(message: String) -> Error {
@@ -200,6 +200,35 @@ impl FromRow for HistoryEntry {
             partial_state: row.optional_text("partial_state")?,
             completed_state: row.optional_text("completed_state")?,
         })
+    }
+}
+
+/// One identified instance's row of the writers table (`sql::writers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writer {
+    pub writer: String,
+    pub who: WriterInfo,
+}
+
+/// In RowBinary, every column a `String` (the pid as its decimal text).
+impl Decode for Writer {
+    fn decode(body: &[u8]) -> Result<Vec<Self>> {
+        let mut rows = RowBinary(body);
+        let mut out = Vec::new();
+        while !rows.0.is_empty() {
+            out.push(Writer {
+                writer: rows.text()?,
+                who: WriterInfo {
+                    run_id: rows.text()?,
+                    command: rows.text()?,
+                    host: rows.text()?,
+                    pid: rows.text()?.parse().unwrap_or(0),
+                    meltano_version: rows.text()?,
+                    backend_version: rows.text()?,
+                },
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -3,16 +3,17 @@
 //! operations and the lock protocols both run their queries through a [`Session`]; neither
 //! reaches into the other.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, WriterInfo};
 use crate::http::{Answer, Client, Transport};
 use crate::rows::{self, Decode, FromRow};
 use crate::sql::{Query, Read, Statements};
 use protocol::deployment::{self, Consistency, Kind};
 pub use protocol::env::Level;
 use protocol::retry::{self, Next};
+use protocol::role::Role;
 use protocol::rows::Observation;
 
 /// What the guest asks of its host besides HTTP: time, randomness and a log.
@@ -44,6 +45,11 @@ pub struct Session<T, H> {
     history_view_missing: Cell<bool>,
     /// This instance's id in the history's `writer` column: random per opened store.
     pub instance: String,
+    /// Who this instance writes for (`identify`), and whether its row is written.
+    who: RefCell<Option<WriterInfo>>,
+    who_written: Cell<bool>,
+    /// Lock claims made by this instance: each claim's owner is `<instance>/<n>`.
+    claims: Cell<u64>,
 }
 
 impl<T: Transport, H: Platform> Session<T, H> {
@@ -60,6 +66,9 @@ impl<T: Transport, H: Platform> Session<T, H> {
             consistency: Cell::new(Consistency::assumed(&config)),
             retry_bound_ms: Cell::new(None),
             events_added: Cell::new(false),
+            who: RefCell::new(None),
+            who_written: Cell::new(false),
+            claims: Cell::new(0),
             config,
         })
     }
@@ -104,6 +113,9 @@ impl<T: Transport, H: Platform> Session<T, H> {
     fn prepare(&self, query: &Query) -> Result<()> {
         if !self.checked.get() {
             self.check_deployment()?;
+        }
+        if query.role != Role::Read && query.role != Role::Deciding {
+            self.write_who()?;
         }
         if query.fanout > 1 && self.history_view_missing.get() {
             self.host.log(
@@ -360,6 +372,68 @@ impl<T: Transport, H: Platform> Session<T, H> {
 
     pub fn new_token(&self) -> String {
         uuid_of(self.host.random_u128())
+    }
+
+    /// The owner of a new lock claim: this instance's id and a count, so that a reader of the
+    /// lock log finds the claimant's process in the writers table (`store.writers`).
+    pub fn new_owner(&self) -> String {
+        let n = self.claims.get() + 1;
+        self.claims.set(n);
+        format!("{}/{n}", self.instance)
+    }
+
+    /// Records who this instance writes for; its row goes before its first write. An instance
+    /// has one identity: once its row is written, another is ignored (with a warning), since
+    /// the rows it wrote name this instance and would show the other.
+    pub fn identify(&self, who: WriterInfo) {
+        if !self.who_written.get() {
+            *self.who.borrow_mut() = Some(who);
+        } else if self.who.borrow().as_ref() != Some(&who) {
+            let ignored = "this store has written as another caller: the new identity is ignored \
+                           (open a store for each caller)";
+            self.host.log(Level::Warn, ignored);
+        }
+    }
+
+    /// The identified instance's row, once, before its first write: a write whose row failed
+    /// fails with it (and the next write tries again), so every identified write has its row.
+    fn write_who(&self) -> Result<()> {
+        if self.who_written.get() {
+            return Ok(());
+        }
+        let Some(who) = self.who.borrow().clone() else {
+            return Ok(());
+        };
+        // Set first: the row's own INSERT comes through here.
+        self.who_written.set(true);
+        let data = crate::sql::writer_row(&self.instance, &who, self.host.now_ms())?;
+        let token = format!("writer/{}", self.instance);
+        let written = self.run(&self.sql.writer_insert(data, &token));
+        if written.is_err() {
+            self.who_written.set(false);
+        }
+        written.map(drop)
+    }
+
+    /// The processes behind these instance ids, from the writers table, in one read. Never
+    /// fails the call it serves: a table that is missing or unreadable (an older schema, a user
+    /// without the grant) leaves them unknown, with a note in the log.
+    pub fn writers(&self, ids: &[&str]) -> Vec<rows::Writer> {
+        let mut unique: Vec<&str> = Vec::with_capacity(ids.len());
+        for id in ids {
+            if !id.is_empty() && !unique.contains(id) {
+                unique.push(id);
+            }
+        }
+        if unique.is_empty() {
+            return Vec::new();
+        }
+        self.fetch(&self.sql.writers_of(&unique))
+            .unwrap_or_else(|e| {
+                self.host
+                    .log(Level::Debug, &format!("who wrote is unknown: {e}"));
+                Vec::new()
+            })
     }
 }
 

@@ -1,10 +1,12 @@
 //! A typed async API over one guest instance: the contract, as plain Rust.
 
+use std::collections::HashMap;
+
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::bindings::{ClickhouseStateBackend, wit};
-use crate::error::{Error, LockInfo, Result, info_from_wit};
+use crate::error::{Error, LockInfo, Result, WriterInfo, info_from_wit};
 use crate::records::{HistoryEntry, Point, Restored, State};
 use crate::settings::Settings;
 use crate::state::HostState;
@@ -24,6 +26,8 @@ pub struct Backend {
     bindings: ClickhouseStateBackend,
     /// The guest's `store` resource (the contract's word for a connected backend).
     handle: ResourceAny,
+    /// Who this instance's writes come from, as told to it (`identify`).
+    who: Option<WriterInfo>,
 }
 
 /// Calls a method of the `store` resource; a trap becomes `Error::Component`, a contract error
@@ -36,7 +40,8 @@ macro_rules! call {
             .$method(&mut $self.sandbox, $self.handle $(, $arg)*)
             .await;
         let result = end_call(&mut $self.sandbox, result)?;
-        guest_result(&$self.sandbox, result)
+        let result = guest_result(&$self.sandbox, result);
+        $self.explained(result).await
     }};
 }
 
@@ -67,6 +72,7 @@ impl Backend {
             sandbox,
             bindings,
             handle,
+            who: None,
         })
     }
 
@@ -78,6 +84,86 @@ impl Backend {
     /// The instance's linear memory, in bytes: the most it ever needed, as memory only grows.
     pub fn peak_memory_bytes(&self) -> usize {
         self.sandbox.data().limits.peak_memory_bytes
+    }
+
+    /// `result`, with the process of the holder a `locked` error names, where it identified
+    /// itself.
+    async fn explained<T>(&mut self, result: Result<T>) -> Result<T> {
+        match result {
+            Err(Error::Locked(info)) => Err(Error::Locked(self.holder(info).await)),
+            other => other,
+        }
+    }
+
+    /// `info` with its holder's process, where the holder identified itself.
+    async fn holder(&mut self, mut info: LockInfo) -> LockInfo {
+        if let Some(instance) = info.instance() {
+            let instance = instance.to_string();
+            info.who = self
+                .who_of(std::slice::from_ref(&instance))
+                .await
+                .remove(&instance)
+                .map(Box::new);
+        }
+        info
+    }
+
+    /// The processes behind these instance ids (the contract's `writers`), or none when the
+    /// store cannot say: who wrote never fails the call it explains.
+    async fn who_of(&mut self, ids: &[String]) -> HashMap<String, WriterInfo> {
+        if ids.is_empty() {
+            return HashMap::new();
+        }
+        self.begin_call();
+        let guest = self.bindings.meltano_state_backend_backend().store();
+        let found = guest
+            .call_writers(&mut self.sandbox, self.handle, ids)
+            .await;
+        let found = end_call(&mut self.sandbox, found).and_then(|found| found.map_err(Error::from));
+        match found {
+            Ok(found) => found
+                .into_iter()
+                .map(|(id, who)| (id, who.into()))
+                .collect(),
+            Err(e) => {
+                tracing::debug!("who wrote is unknown: {e}");
+                HashMap::new()
+            }
+        }
+    }
+
+    /// The processes behind these instance ids (a history entry's `writer`, a lock owner's
+    /// [`LockInfo::instance`]), for those whose host identified them.
+    pub async fn writers(&mut self, ids: &[String]) -> Result<Vec<(String, WriterInfo)>> {
+        Ok(call!(self.call_writers(ids))?
+            .into_iter()
+            .map(|(id, who)| (id, who.into()))
+            .collect())
+    }
+
+    /// `entries` with their writers' processes, in one read.
+    async fn with_writers(&mut self, mut entries: Vec<HistoryEntry>) -> Vec<HistoryEntry> {
+        let mut ids: Vec<String> = entries.iter().map(|e| e.writer.clone()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let who = self.who_of(&ids).await;
+        for entry in &mut entries {
+            entry.who = who.get(&entry.writer).cloned();
+        }
+        entries
+    }
+
+    /// Tells the instance who its writes come from (see the contract's `identify`): it records
+    /// the process before its first write, and reads show it.
+    pub async fn identify(&mut self, who: &WriterInfo) -> Result<()> {
+        self.begin_call();
+        let guest = self.bindings.meltano_state_backend_backend().store();
+        let result = guest
+            .call_identify(&mut self.sandbox, self.handle, &wit::WriterInfo::from(who))
+            .await;
+        end_call(&mut self.sandbox, result)?;
+        self.who = Some(who.clone());
+        Ok(())
     }
 
     pub async fn get(&mut self, state_id: &str) -> Result<Option<State>> {
@@ -162,7 +248,9 @@ impl Backend {
         self.begin_call();
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
         let info = lock_api.call_info(&mut self.sandbox, lock.resource).await;
-        Ok(info_from_wit(end_call(&mut self.sandbox, info)?))
+        let mut info = info_from_wit(end_call(&mut self.sandbox, info)?);
+        info.who = self.who.clone().map(Box::new);
+        Ok(info)
     }
 
     /// Overwrites the lock's state, fenced by the lock.
@@ -177,20 +265,25 @@ impl Backend {
 
     /// The newest `limit` versions of `state_id` in the history, newest first.
     pub async fn history(&mut self, state_id: &str, limit: u32) -> Result<Vec<HistoryEntry>> {
-        Ok(call!(self.call_history(state_id, limit))?
+        let entries = call!(self.call_history(state_id, limit))?
             .into_iter()
             .map(HistoryEntry::from)
-            .collect())
+            .collect();
+        Ok(self.with_writers(entries).await)
     }
 
     /// The version of `state_id` at `at`.
     pub async fn get_at(&mut self, state_id: &str, at: Point) -> Result<HistoryEntry> {
-        Ok(call!(self.call_get_at(state_id, at.into()))?.into())
+        let entry = call!(self.call_get_at(state_id, at.into()))?.into();
+        Ok(self.with_writers(vec![entry]).await.remove(0))
     }
 
     /// Writes the state the lock's id had at `to` as a new version, fenced by the lock.
     pub async fn restore_locked(&mut self, to: Point, lock: &Lock) -> Result<Restored> {
-        Ok(call!(self.call_restore_locked(to.into(), lock.resource))?.into())
+        let mut restored: Restored =
+            call!(self.call_restore_locked(to.into(), lock.resource))?.into();
+        restored.restored.who = self.who.clone();
+        Ok(restored)
     }
 
     /// Removes these streams' bookmarks from the lock's state, fenced by the lock; returns the
@@ -201,7 +294,10 @@ impl Backend {
 
     /// Who holds the lock of `state_id`, if anyone.
     pub async fn lock_info(&mut self, state_id: &str) -> Result<Option<LockInfo>> {
-        Ok(call!(self.call_lock_info(state_id))?.map(info_from_wit))
+        match call!(self.call_lock_info(state_id))? {
+            Some(info) => Ok(Some(self.holder(info_from_wit(info)).await)),
+            None => Ok(None),
+        }
     }
 
     /// Breaks the lock of `state_id`; returns whether one was held.

@@ -2,8 +2,41 @@
 
 use crate::bindings::wit;
 
-/// Who holds a lock: the guest's own type, so both sides speak of it the same way.
-pub use clickhouse_state_contract::error::LockInfo;
+pub use clickhouse_state_contract::error::WriterInfo;
+
+/// Who holds a lock: the guest's fields, and the holder's process where its host identified it
+/// (the backend looks it up, `store.writers`, when a call names a holder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    pub state_id: String,
+    pub owner: String,
+    pub token: u64,
+    pub acquired_at_ms: u64,
+    pub expires_at_ms: u64,
+    /// Boxed: an error is passed by value everywhere, and most carry no holder.
+    pub who: Option<Box<WriterInfo>>,
+}
+
+impl LockInfo {
+    /// The holder's instance id: its owner's id up to the first `/` (none for an owner that
+    /// names no instance, such as the original backend's).
+    pub fn instance(&self) -> Option<&str> {
+        self.owner.split_once('/').map(|(instance, _)| instance)
+    }
+}
+
+impl From<clickhouse_state_contract::error::LockInfo> for LockInfo {
+    fn from(info: clickhouse_state_contract::error::LockInfo) -> Self {
+        LockInfo {
+            state_id: info.state_id,
+            owner: info.owner,
+            token: info.token,
+            acquired_at_ms: info.acquired_at_ms,
+            expires_at_ms: info.expires_at_ms,
+            who: None,
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -170,13 +203,18 @@ fn locked_message(info: &LockInfo) -> String {
         )
     };
     format!(
-        "state '{}' is locked by {} (since {}, lease until {}); waited lock_timeout_seconds. \
+        "state '{}' is locked by {} ({}since {}, lease until {}); waited lock_timeout_seconds. \
          The holder keeps it until it gives it back or its lease ends: in fenced mode an \
          update's lease is lock_timeout_seconds (at least 10 s; renewed by the next update, \
          and given back after lock_linger_seconds idle), an explicit lock's \
          lock_lease_seconds (renewed by its holder)",
         info.state_id,
         info.owner,
+        // The holder's process, where its host identified it.
+        info.who
+            .as_ref()
+            .map(|who| format!("{who}; "))
+            .unwrap_or_default(),
         at(info.acquired_at_ms),
         at(info.expires_at_ms)
     )
@@ -264,7 +302,7 @@ impl From<clickhouse_state_contract::error::Error> for Error {
             G::Unauthorized(m) => Error::Unauthorized(m),
             G::Unreachable(m) | G::Refused(m) => Error::Unreachable(m),
             G::Timeout(m) => Error::Timeout(m),
-            G::Locked(info) => Error::Locked(info),
+            G::Locked(info) => Error::Locked(info.into()),
             G::LockLost(m) => Error::LockLost(m),
             G::Server(e) => Error::Server {
                 code: e.code,
@@ -283,6 +321,7 @@ pub(crate) fn info_from_wit(info: wit::LockInfo) -> LockInfo {
         token: info.token,
         acquired_at_ms: info.acquired_at_ms,
         expires_at_ms: info.expires_at_ms,
+        who: None,
     }
 }
 
@@ -300,6 +339,7 @@ mod tests {
             token: 1,
             acquired_at_ms: 0,
             expires_at_ms: 0,
+            who: None,
         };
         vec![
             Error::InvalidConfig(String::new()),

@@ -32,10 +32,10 @@ mod state;
 
 pub use backend::{Backend, Lock};
 pub use engine::WASMTIME_VERSION;
-pub use error::{ERROR_KINDS, Error, ErrorKind, LockInfo, Result};
+pub use error::{ERROR_KINDS, Error, ErrorKind, LockInfo, Result, WriterInfo};
 pub use limits::{CpuShare, HeldBack};
 pub use linker::LINKED as LINKED_INTERFACES;
-pub use records::{HistoryEntry, Point, Restored, State};
+pub use records::{HistoryEntry, Point, Restored, State, this_process, who_json};
 pub use runtime::{
     COMPONENT_ENV, COMPONENT_FILE, DEFAULT_CPU_BUDGET, InstanceOptions, Runtime, RuntimeOptions,
     default_component_path,

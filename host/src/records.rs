@@ -2,7 +2,7 @@
 //! history, a point in the history, and what a restore did.
 
 use crate::bindings::wit;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, WriterInfo};
 
 /// One state: the texts of two JSON objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +67,9 @@ pub struct HistoryEntry {
     pub token: u64,
     /// None when this write deleted the state.
     pub state: Option<State>,
+    /// The writing process, where its host identified it (the backend looks it up,
+    /// `store.writers`).
+    pub who: Option<WriterInfo>,
 }
 
 impl From<wit::HistoryEntry> for HistoryEntry {
@@ -78,6 +81,59 @@ impl From<wit::HistoryEntry> for HistoryEntry {
             lock_owner: e.lock_owner,
             token: e.token,
             state: e.state.map(State::from),
+            who: None,
+        }
+    }
+}
+
+/// This process as a writer (see the contract's `identify`): `command`, and Meltano's run id
+/// and version where there are ones, with this machine's name, this process's id and this
+/// backend's version.
+pub fn this_process(command: &str, run_id: &str, meltano_version: &str) -> WriterInfo {
+    WriterInfo {
+        run_id: run_id.to_string(),
+        command: command.to_string(),
+        host: gethostname::gethostname().to_string_lossy().into_owned(),
+        pid: std::process::id(),
+        meltano_version: meltano_version.to_string(),
+        backend_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// A writer as `serve`, the CLI and the Meltano package show it.
+pub fn who_json(who: &WriterInfo) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": who.run_id,
+        "command": who.command,
+        "host": who.host,
+        "pid": who.pid,
+        "meltano_version": who.meltano_version,
+        "backend_version": who.backend_version,
+    })
+}
+
+impl From<wit::WriterInfo> for WriterInfo {
+    fn from(w: wit::WriterInfo) -> Self {
+        WriterInfo {
+            run_id: w.run_id,
+            command: w.command,
+            host: w.host,
+            pid: w.pid,
+            meltano_version: w.meltano_version,
+            backend_version: w.backend_version,
+        }
+    }
+}
+
+impl From<&WriterInfo> for wit::WriterInfo {
+    fn from(w: &WriterInfo) -> Self {
+        wit::WriterInfo {
+            run_id: w.run_id.clone(),
+            command: w.command.clone(),
+            host: w.host.clone(),
+            pid: w.pid,
+            meltano_version: w.meltano_version.clone(),
+            backend_version: w.backend_version.clone(),
         }
     }
 }

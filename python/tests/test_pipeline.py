@@ -16,11 +16,14 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
 import urllib.request
+import uuid
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -86,6 +89,13 @@ def set_up_pipeline(project) -> tuple[Path, Path]:
     data.mkdir()
     out.mkdir()
     return data, out
+
+
+def run_ids(project) -> list[uuid.UUID]:
+    """The run ids of the project's runs, oldest first, from Meltano's system database."""
+    with sqlite3.connect(project.path / ".meltano" / "meltano.db") as db:
+        rows = db.execute("SELECT run_id FROM runs ORDER BY started_at").fetchall()
+    return [uuid.UUID(str(run_id)) for (run_id,) in rows]
 
 
 def stored_bookmarks(clickhouse, schema) -> dict:
@@ -166,6 +176,18 @@ def test_a_restore_after_a_bad_run_makes_the_next_run_load_what_it_skipped(
     assert bookmark_of(history[0]) == "2030-01-01T00:00:00+00:00"
     assert all(entry["op"] == "update" for entry in history), history
     first_good = next(e for e in history if bookmark_of(e) == "2026-11-01T10:00:00+00:00")
+    # Each version names the run that wrote it: Meltano's run id (its system database's), the
+    # command, the process, this machine, Meltano's version.
+    runs = run_ids(project)
+    assert len(runs) == 3, runs
+    assert uuid.UUID(first_good["who"]["run_id"]) == runs[0], first_good
+    assert uuid.UUID(history[0]["who"]["run_id"]) in runs[1:], history[0]
+    for entry in history:
+        who = entry["who"]
+        assert who["command"] == "run", entry
+        assert who["host"] == socket.gethostname(), entry
+        assert who["meltano_version"] == metadata.version("meltano"), entry
+        assert who["pid"] not in (0, os.getpid()), entry
     diff = state_backend(
         host_bin, project, "diff", STATE_ID, str(first_good["version"]), str(history[0]["version"])
     )
@@ -184,8 +206,11 @@ def test_a_restore_after_a_bad_run_makes_the_next_run_load_what_it_skipped(
     # The next run resumes from the restored bookmark: it loads the file the bad one hid.
     project.meltano(*RUN)
     assert take_loaded_ids(out) == [4, 5]
-    ops = [e["op"] for e in state_backend(host_bin, project, "history", STATE_ID)]
+    history = state_backend(host_bin, project, "history", STATE_ID)
+    ops = [e["op"] for e in history]
     assert "restore" in ops, ops
+    restore = next(e for e in history if e["op"] == "restore")
+    assert (restore["who"]["command"], restore["who"]["run_id"]) == ("cli restore", ""), restore
 
 
 class OwnClickHouse:

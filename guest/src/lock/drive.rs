@@ -24,6 +24,10 @@ impl<T: Transport, H: Platform> Env for ExecEnv<'_, T, H> {
         self.0.new_token()
     }
 
+    fn new_owner(&mut self) -> String {
+        self.0.new_owner()
+    }
+
     fn random(&mut self) -> u64 {
         self.0.host.random_u128() as u64
     }

@@ -177,7 +177,7 @@ pub(crate) fn append_claim<T: Transport, H: Platform>(
         current,
         now,
         session.config.lock_lease_ms,
-        session.new_token(),
+        session.new_owner(),
     );
     append(session, &entry(&handle, Event::Acquire, now))?;
     Ok(handle)

@@ -14,11 +14,13 @@ mod query;
 mod schema;
 mod settle;
 mod state;
+mod writers;
 
 pub use history::{Op, Origin, Point, SEQ_IDS_MAX_BYTES};
 pub use query::PARAMS_MAX_BYTES;
 pub use query::{Query, Read, escape_param, quote_identifier};
 pub use state::{LIVE, StateRow};
+pub use writers::writer_row;
 
 use crate::config::Config;
 
@@ -29,6 +31,9 @@ pub struct Statements {
     state: String,
     lock: String,
     log: String,
+    writers: String,
+    /// Days a writer's row is kept: the history's when it is on and keeps its rows for a time.
+    writer_days: u32,
     /// ` ON CLUSTER `name`` when the schema lives on a self-managed replicated cluster.
     on_cluster: String,
     replicated: bool,
@@ -48,6 +53,11 @@ impl Statements {
             state: format!("{schema}.{}", quote_identifier(&config.table)),
             lock: format!("{schema}.{}", quote_identifier(&config.lock_table())),
             log: format!("{schema}.{}", quote_identifier(&config.lock_log_table())),
+            writers: format!("{schema}.{}", quote_identifier(&config.writers_table())),
+            writer_days: match (config.history, config.history_days) {
+                (true, days) => days,
+                (false, _) => crate::config::DEFAULT_HISTORY_DAYS,
+            },
             schema,
             on_cluster: config
                 .cluster

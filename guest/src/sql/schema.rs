@@ -32,6 +32,7 @@ impl Statements {
             self.create_history_table(),
             self.create_history_view(),
             self.alter_history_ttl(),
+            Some(self.create_writers_table()),
         ]
         .into_iter()
         .flatten()

@@ -124,7 +124,7 @@ fn the_schema_per_deployment_kind() {
         .into_iter()
         .map(|q| q.sql)
         .collect();
-    assert_eq!(single.len(), 7);
+    assert_eq!(single.len(), 8);
     assert!(
         single
             .iter()
@@ -179,6 +179,19 @@ fn the_schema_per_deployment_kind() {
         cluster[6]
             .starts_with("ALTER TABLE `meltano`.`state_history` ON CLUSTER `prod` MODIFY TTL")
     );
+    // Who wrote: one row per writer, kept as long as the history keeps its rows.
+    assert!(single[7].starts_with("CREATE TABLE IF NOT EXISTS `meltano`.`my_state_writers` ("));
+    assert!(
+        single[7].ends_with(
+            "ENGINE = ReplacingMergeTree ORDER BY writer \
+             TTL toDateTime(intDiv(at_ms, 1000)) + INTERVAL 90 DAY"
+        ),
+        "{}",
+        single[7]
+    );
+    assert!(cluster[7].contains(
+        "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{uuid}/{shard}', '{replica}') ORDER BY writer"
+    ));
 }
 
 /// With the history on, every state write goes to the history, names who wrote it, and counts
@@ -260,8 +273,9 @@ fn state_writes_go_through_the_history_when_it_is_on() {
         assert_eq!(q.fanout, 1);
         assert!(!q.params.iter().any(|(name, _)| *name == "op"));
     }
-    assert_eq!(off.migration().len(), 4);
-    assert_eq!(on.migration().len(), 7);
+    // Off: the original's three tables, the lock log and who wrote (for the lock's holder).
+    assert_eq!(off.migration().len(), 5);
+    assert_eq!(on.migration().len(), 8);
     assert!(off.history("a", 1).is_none());
     let mut data = Vec::new();
     off.encode_state(row, &origin(), 0, &mut data)

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use crate::config::LockMode;
-use crate::error::{Error, LockInfo, Result};
+use crate::error::{Error, LockInfo, Result, WriterInfo};
 use crate::http::Transport;
 use crate::lock::{self, Locks};
 use crate::merge::{merged, or_empty, parse_object};
@@ -345,6 +345,26 @@ impl<T: Transport, H: Platform> Store<T, H> {
     pub fn lock_info(&self, state_id: &str) -> Result<Option<LockInfo>> {
         validate_state_id(state_id)?;
         lock::info(&self.session, state_id)
+    }
+
+    /// Records who this store's writes come from (see [`Session::identify`]).
+    pub fn identify(&self, who: WriterInfo) {
+        self.session.identify(who);
+    }
+
+    /// The processes behind instance ids (see [`Session::writers`]); the ids travel in one
+    /// query parameter, so at most [`crate::sql::PARAMS_MAX_BYTES`] of them.
+    pub fn writers(&self, ids: &[String]) -> Result<Vec<rows::Writer>> {
+        let bytes: usize = ids.iter().map(|id| id.len() + 3).sum();
+        if bytes > crate::sql::PARAMS_MAX_BYTES {
+            return Err(Error::InvalidInput(format!(
+                "{} writer ids ({bytes} bytes) are more than one read takes ({} bytes)",
+                ids.len(),
+                crate::sql::PARAMS_MAX_BYTES
+            )));
+        }
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        Ok(self.session.writers(&ids))
     }
 
     pub fn force_unlock(&self, state_id: &str) -> Result<bool> {

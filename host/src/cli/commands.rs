@@ -19,7 +19,9 @@ use crate::state_json::{
 /// The most versions `history` lists by default.
 const DEFAULT_HISTORY_LIMIT: u32 = 20;
 
-#[derive(Subcommand)]
+/// A command's name (`set`, `lock-info`) is clap's: what `identify` records it as.
+#[derive(Subcommand, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Command {
     /// List state ids, all or those matching a glob (*, ?, [seq], [!seq])
     List {
@@ -341,6 +343,7 @@ pub async fn execute(backend: &mut Backend, command: Command) -> Result<Value, F
                 "token": info.token,
                 "acquired_at": rfc3339(info.acquired_at_ms),
                 "expires_at": rfc3339(info.expires_at_ms),
+                "who": info.who.as_deref().map(state_host::who_json),
             }),
         }),
         Command::Unlock { state_id } => {

@@ -111,6 +111,10 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
     let runtime = Runtime::load(&component, options)?;
     timings.lap("load");
     let mut backend = runtime.open(&cli.uri, all_settings).await?;
+    let command: &'static str = (&cli.command).into();
+    backend
+        .identify(&state_host::this_process(&format!("cli {command}"), "", ""))
+        .await?;
     timings.lap("open");
     let output = commands::execute(&mut backend, cli.command).await;
     timings.lap("call");

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 use state_host::history;
 use state_host::{Backend, State};
-use state_host::{HistoryEntry, Point};
+use state_host::{HistoryEntry, Point, who_json};
 
 use crate::output::{Failure, rfc3339};
 use crate::state_json::{merged_view, parts};
@@ -18,6 +18,7 @@ fn entry_json(entry: &HistoryEntry) -> Result<Value, Failure> {
         "lock_owner": entry.lock_owner,
         "token": entry.token,
         "state": entry.state.as_ref().map(merged_view).transpose()?,
+        "who": entry.who.as_ref().map(who_json),
     }))
 }
 

@@ -5,7 +5,8 @@
 
 use std::collections::HashMap;
 
-use crate::{Backend, Error, HistoryEntry, Lock, LockInfo, Point, State};
+use crate::records::who_json;
+use crate::{Backend, Error, HistoryEntry, Lock, LockInfo, Point, State, WriterInfo};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use strum::VariantNames;
@@ -18,6 +19,12 @@ use strum::VariantNames;
 pub enum Request {
     /// Answers "pong": the host is alive.
     Ping {},
+    /// Who the writes that follow come from (the contract's `identify`).
+    Identify(WhoParams),
+    /// The processes behind instance ids: `[{"writer": id, "who": {...}}]`.
+    Writers {
+        ids: Vec<String>,
+    },
     Get {
         state_id: String,
     },
@@ -83,6 +90,29 @@ pub enum Request {
     Migrate {},
 }
 
+/// Who writes: what the caller knows of itself. An absent host, pid or backend version is this
+/// host's own (a caller that runs `serve` as a child gives its own pid).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WhoParams {
+    run_id: String,
+    command: String,
+    host: Option<String>,
+    pid: Option<u32>,
+    meltano_version: String,
+    backend_version: Option<String>,
+}
+
+impl From<WhoParams> for WriterInfo {
+    fn from(p: WhoParams) -> WriterInfo {
+        let mut who = crate::records::this_process(&p.command, &p.run_id, &p.meltano_version);
+        who.host = p.host.unwrap_or(who.host);
+        who.pid = p.pid.unwrap_or(who.pid);
+        who.backend_version = p.backend_version.unwrap_or(who.backend_version);
+        who
+    }
+}
+
 /// A point in a state's history: `{"version": ms}` or `{"time": ms}`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,6 +171,7 @@ pub fn info_json(info: &LockInfo) -> Value {
         "token": info.token,
         "acquired_at_ms": info.acquired_at_ms,
         "expires_at_ms": info.expires_at_ms,
+        "who": info.who.as_deref().map(who_json),
     })
 }
 
@@ -156,6 +187,7 @@ fn entry_json(entry: &HistoryEntry) -> Value {
         "lock_owner": entry.lock_owner,
         "token": entry.token,
         "state": entry.state.as_ref().map(state_json),
+        "who": entry.who.as_ref().map(who_json),
     })
 }
 
@@ -190,6 +222,18 @@ impl Request {
         let request = self;
         Ok(match request {
             Request::Ping {} => json!("pong"),
+            Request::Identify(who) => {
+                backend.identify(&who.into()).await?;
+                Value::Null
+            }
+            Request::Writers { ids } => Value::Array(
+                backend
+                    .writers(&ids)
+                    .await?
+                    .iter()
+                    .map(|(id, who)| json!({"writer": id, "who": who_json(who)}))
+                    .collect(),
+            ),
             Request::Get { state_id } => match backend.get(&state_id).await? {
                 Some(state) => state_json(&state),
                 None => Value::Null,

@@ -80,7 +80,7 @@ impl Update {
             &outlook.newest,
             now,
             self.limits.lease_ms,
-            env.new_token(),
+            env.new_owner(),
         );
         let row = fenced::entry(&handle, Event::Acquire, now);
         // A new grant: the refusals under the last one tell nothing of this one.

@@ -329,6 +329,7 @@ class Bridge:
 
     def __init__(self, config: HostConfig):
         self.config = config
+        self.identified = False  # told who this process is (manager._identified)
         self._ids = itertools.count(1)
         self._mutex = threading.Lock()
         self._lines: queue.Queue[t.Any] = queue.Queue()

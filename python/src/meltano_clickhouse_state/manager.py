@@ -21,12 +21,35 @@ from urllib.parse import urlsplit
 from meltano.core.error import MeltanoConfigurationError
 from meltano.core.state_store.base import MeltanoState, StateIDLockedError, StateStoreManager
 
-from meltano_clickhouse_state import conflict, settings
+from meltano_clickhouse_state import conflict, run_context, settings
 from meltano_clickhouse_state.bridge import BackendError, Bridge, HostConfig, host_log_level
 from meltano_clickhouse_state.errors_table import ERRORS
 from meltano_clickhouse_state.settings import env_var, meltano_name
 
+if t.TYPE_CHECKING:
+    from meltano_clickhouse_state.embedded import Embedded
+
 logger = logging.getLogger(__name__)
+
+
+_Host = t.TypeVar("_Host", bound="Bridge | Embedded")
+
+
+def _identified(bridge: _Host) -> _Host:
+    """``bridge``, its host told who this process is (once per host: Meltano's command, its run
+    id, this machine and process), so that the history and the lock's holder name them."""
+    if not bridge.identified:
+        caller = run_context.current()
+        bridge.call(
+            "identify",
+            run_id=caller.run_id or "",
+            command=caller.command,
+            host=caller.host,
+            pid=caller.pid,
+            meltano_version=caller.meltano_version or "",
+        )
+        bridge.identified = True
+    return bridge
 
 
 class StateLockedError(StateIDLockedError, BackendError):
@@ -144,7 +167,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         # Starts the host now: a configuration error is Meltano's, raised where Meltano made
         # this manager, naming the setting.
         try:
-            self._bridge = Bridge.shared(self.config)
+            self._bridge = _identified(Bridge.shared(self.config))
         except BackendError as e:
             raise _error(e) from None
         # Lock numbers in the host, by state id, for the locks this manager holds.
@@ -160,7 +183,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         # this manager holds locks, whose numbers only the dead host knew.
         try:
             if not self._bridge.alive and not self._held:
-                self._bridge = Bridge.shared(self.config)
+                self._bridge = _identified(Bridge.shared(self.config))
             return self._bridge.call(method, **params)
         except BackendError as e:
             raise _error(e) from None

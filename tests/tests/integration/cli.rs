@@ -321,6 +321,29 @@ fn the_history_commands_read_restore_and_reset_one_stream() {
     cli.ok(&["set", id, &state(1)]);
     cli.ok(&["merge", id, &state(99)]);
     let history = cli.ok(&["history", id]);
+    // Who wrote each version: the CLI's command, its own process, this machine, this version.
+    let this = integration_tests::state_host::this_process("", "", "");
+    for (entry, command) in history
+        .as_array()
+        .expect("a list")
+        .iter()
+        .zip(["cli merge", "cli set"])
+    {
+        let who = &entry["who"];
+        assert_eq!(who["command"], command, "{entry}");
+        assert_eq!(who["host"], this.host.as_str(), "{entry}");
+        assert_eq!(
+            who["backend_version"],
+            this.backend_version.as_str(),
+            "{entry}"
+        );
+        let pid = who["pid"].as_u64().expect("a pid");
+        assert!(pid > 0 && pid != u64::from(this.pid), "{entry}");
+        assert_eq!(
+            (who["run_id"].as_str(), who["meltano_version"].as_str()),
+            (Some(""), Some(""))
+        );
+    }
     let versions: Vec<u64> = history
         .as_array()
         .expect("a list")
@@ -910,8 +933,11 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
     let single = print(&[]);
     assert!(single.starts_with("-- The schema for one server or ClickHouse Cloud"));
     // The database, the state table, the two lock tables, the history, its view and its TTL as
-    // set now.
-    assert_eq!(single.matches(";\n").count(), 7, "{single}");
+    // set now, and who wrote.
+    assert_eq!(single.matches(";\n").count(), 8, "{single}");
+    assert!(single.contains(
+        "CREATE TABLE IF NOT EXISTS `meltano`.`state_writers` (writer String, run_id String, "
+    ));
     assert!(single.contains(
         "ALTER TABLE `meltano`.`state_history` MODIFY TTL toDateTime(updated_at) + INTERVAL 90 DAY \
          SETTINGS materialize_ttl_after_modify = 0;"
@@ -928,12 +954,12 @@ fn migrate_print_shows_the_ddl_for_each_kind_and_sends_nothing() {
     assert!(cluster.contains("`meltano`.`t_lock_log` ON CLUSTER `prod`"));
     assert_eq!(
         cluster.matches("ENGINE = Replicated").count(),
-        4,
+        5,
         "{cluster}"
     );
-    // Without the history, the original backend's schema and the lock log.
+    // Without the history, the original backend's schema, the lock log and who wrote.
     let without = print(&["-s", "history=false"]);
-    assert_eq!(without.matches(";\n").count(), 4, "{without}");
+    assert_eq!(without.matches(";\n").count(), 5, "{without}");
     assert!(!without.contains("history"), "{without}");
     // The DDL is the loaded component's: the hostile guest gives none, which is an error.
     let evil =

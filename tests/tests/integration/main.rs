@@ -52,3 +52,4 @@ mod secrets;
 mod settle;
 mod statements;
 mod tls;
+mod who;

@@ -39,6 +39,10 @@ impl GuestStore for EvilStore {
         }))
     }
 
+    fn identify(&self, _: wit::WriterInfo) {}
+    fn writers(&self, _: Vec<String>) -> Result<Vec<(String, wit::WriterInfo)>, wit::Error> {
+        Ok(Vec::new())
+    }
     fn set(&self, _: wit::State) -> Result<(), wit::Error> {
         Ok(())
     }
