@@ -115,7 +115,7 @@ impl<T: Transport, H: Platform> Session<T, H> {
             self.check_deployment()?;
         }
         if query.role != Role::Read && query.role != Role::Deciding {
-            self.write_who()?;
+            self.write_who();
         }
         if query.fanout > 1 && self.history_view_missing.get() {
             self.host.log(
@@ -239,7 +239,7 @@ impl<T: Transport, H: Platform> Session<T, H> {
                 sends.in_doubt = true;
             }
             match answer {
-                Err(e) if e.is_missing_schema() && !migrated => {
+                Err(e) if e.is_missing_schema() && !migrated && query.creates_schema => {
                     self.host.log(
                         Level::Info,
                         &format!(
@@ -383,36 +383,48 @@ impl<T: Transport, H: Platform> Session<T, H> {
     }
 
     /// Records who this instance writes for; its row goes before its first write. An instance
-    /// has one identity: once its row is written, another is ignored (with a warning), since
-    /// the rows it wrote name this instance and would show the other.
+    /// has one identity, the first it was given: the rows it writes name this instance, so
+    /// another would rename them (a later one is ignored, with a warning).
     pub fn identify(&self, who: WriterInfo) {
-        if !self.who_written.get() {
-            *self.who.borrow_mut() = Some(who);
-        } else if self.who.borrow().as_ref() != Some(&who) {
-            let ignored = "this store has written as another caller: the new identity is ignored \
-                           (open a store for each caller)";
-            self.host.log(Level::Warn, ignored);
+        let mut mine = self.who.borrow_mut();
+        match mine.as_ref() {
+            None => *mine = Some(who),
+            Some(first) if *first == who => {}
+            Some(_) => self.host.log(
+                Level::Warn,
+                "this store was identified as another caller: the new identity is ignored \
+                 (open a store for each caller)",
+            ),
         }
     }
 
-    /// The identified instance's row, once, before its first write: a write whose row failed
-    /// fails with it (and the next write tries again), so every identified write has its row.
-    fn write_who(&self) -> Result<()> {
+    /// The identified instance's row, before its first write. Who wrote never fails a write:
+    /// the row is one try (no retry eats the write's budget), and one that fails is logged and
+    /// tried again before the next write if it failed for a passing reason (the network, a
+    /// loaded server), not if it was refused (no grant on the table, a table that cannot be
+    /// made), which it would be again.
+    fn write_who(&self) {
         if self.who_written.get() {
-            return Ok(());
+            return;
         }
         let Some(who) = self.who.borrow().clone() else {
-            return Ok(());
+            return;
         };
         // Set first: the row's own INSERT comes through here.
         self.who_written.set(true);
-        let data = crate::sql::writer_row(&self.instance, &who, self.host.now_ms())?;
         let token = format!("writer/{}", self.instance);
-        let written = self.run(&self.sql.writer_insert(data, &token));
-        if written.is_err() {
-            self.who_written.set(false);
+        let written =
+            crate::sql::writer_row(&self.instance, &who, self.host.now_ms()).and_then(|data| {
+                let insert = self.sql.writer_insert(data, &token);
+                self.retrying_until(self.host.now_ms(), || self.run(&insert))
+            });
+        if let Err(e) = written {
+            self.who_written.set(!e.is_transient());
+            self.host.log(
+                Level::Warn,
+                &format!("who writes is not recorded (the write goes on): {e}"),
+            );
         }
-        written.map(drop)
     }
 
     /// The processes behind these instance ids, from the writers table, in one read. Never
@@ -428,7 +440,9 @@ impl<T: Transport, H: Platform> Session<T, H> {
         if unique.is_empty() {
             return Vec::new();
         }
-        self.fetch(&self.sql.writers_of(&unique))
+        // One try: it only explains a call, whose own answer must not wait on it.
+        let read = self.sql.writers_of(&unique);
+        self.retrying_until(self.host.now_ms(), || self.fetch(&read))
             .unwrap_or_else(|e| {
                 self.host
                     .log(Level::Debug, &format!("who wrote is unknown: {e}"));

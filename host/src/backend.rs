@@ -11,6 +11,9 @@ use crate::records::{HistoryEntry, Point, Restored, State};
 use crate::settings::Settings;
 use crate::state::HostState;
 
+/// Instance ids per `writers` read: a thousand ids of 39 bytes fit the guest's 64 KiB bound.
+const WRITERS_PER_READ: usize = 1000;
+
 /// A held lock. Give it back with [`Backend::release`].
 #[derive(Debug)]
 pub struct Lock {
@@ -111,25 +114,23 @@ impl Backend {
     /// The processes behind these instance ids (the contract's `writers`), or none when the
     /// store cannot say: who wrote never fails the call it explains.
     async fn who_of(&mut self, ids: &[String]) -> HashMap<String, WriterInfo> {
-        if ids.is_empty() {
-            return HashMap::new();
-        }
-        self.begin_call();
-        let guest = self.bindings.meltano_state_backend_backend().store();
-        let found = guest
-            .call_writers(&mut self.sandbox, self.handle, ids)
-            .await;
-        let found = end_call(&mut self.sandbox, found).and_then(|found| found.map_err(Error::from));
-        match found {
-            Ok(found) => found
-                .into_iter()
-                .map(|(id, who)| (id, who.into()))
-                .collect(),
-            Err(e) => {
-                tracing::debug!("who wrote is unknown: {e}");
-                HashMap::new()
+        let mut all = HashMap::new();
+        // A read's parameters are bounded (the guest refuses more than 64 KiB of ids): a long
+        // history of short-lived processes takes a read per thousand writers.
+        for chunk in ids.chunks(WRITERS_PER_READ) {
+            self.begin_call();
+            let guest = self.bindings.meltano_state_backend_backend().store();
+            let found = guest
+                .call_writers(&mut self.sandbox, self.handle, chunk)
+                .await;
+            let found =
+                end_call(&mut self.sandbox, found).and_then(|found| found.map_err(Error::from));
+            match found {
+                Ok(found) => all.extend(found.into_iter().map(|(id, who)| (id, who.into()))),
+                Err(e) => tracing::debug!("who wrote is unknown: {e}"),
             }
         }
+        all
     }
 
     /// The processes behind these instance ids (a history entry's `writer`, a lock owner's
@@ -162,7 +163,8 @@ impl Backend {
             .call_identify(&mut self.sandbox, self.handle, &wit::WriterInfo::from(who))
             .await;
         end_call(&mut self.sandbox, result)?;
-        self.who = Some(who.clone());
+        // The store keeps the first identity it was given (the contract's `identify`).
+        self.who.get_or_insert_with(|| who.clone());
         Ok(())
     }
 

@@ -60,6 +60,12 @@ def test_state_commands_go_through_the_component(project, clickhouse, schema):
     assert last_json(project.meltano("state", "get", a).stdout) == {
         "singer_state": {"bookmarks": {"s1": 1, "s2": 2}}
     }
+    # Who wrote: each Meltano command that wrote, with no run id (they are not runs).
+    writers = clickhouse.query(
+        f"SELECT command, run_id FROM {schema}.state_writers FINAL FORMAT TSVRaw"
+    )
+    commands = {tuple(line.split("\t")) for line in writers.splitlines()}
+    assert commands == {("state set", ""), ("state merge", "")}, commands
 
     # list, with a glob whose `_` is literal
     listed = project.meltano("state", "list", "--pattern", "dev:tap_*").stdout.split()
@@ -111,6 +117,8 @@ def test_a_held_lock_makes_meltano_state_set_fail_clearly(
         )
         assert refused.returncode != 0
         assert "locked" in (refused.stdout + refused.stderr).lower()
+        # The holder named by its process: the worker's own pid, as its manager told its host.
+        assert f"pid {holder.pid}" in refused.stdout + refused.stderr, refused.stderr
         assert sid not in stored(clickhouse, schema), "the refused set wrote"
     finally:
         holder.stdin.close()

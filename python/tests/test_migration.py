@@ -51,8 +51,8 @@ def test_step_1_the_same_table_is_read_and_merged(original, manager_kwargs, sche
         db=schema,
     ).split()
     # No table of its own for the state; the fenced lock log appears when first needed, and
-    # the history (ours alone) with its view into the state table, and who wrote, on the first
-    # write.
+    # the history (ours alone) with its view into the state table, and who wrote, when the
+    # first write creates what is missing.
     assert set(tables) - {"state_lock_log"} == {
         "state",
         "state_lock",

@@ -188,6 +188,9 @@ def test_a_restore_after_a_bad_run_makes_the_next_run_load_what_it_skipped(
         assert who["host"] == socket.gethostname(), entry
         assert who["meltano_version"] == metadata.version("meltano"), entry
         assert who["pid"] not in (0, os.getpid()), entry
+    # Each run its own process, named by its own pid (not the host's, not this one's).
+    pids = {uuid.UUID(e["who"]["run_id"]): e["who"]["pid"] for e in history}
+    assert len(set(pids.values())) == len(pids), pids
     diff = state_backend(
         host_bin, project, "diff", STATE_ID, str(first_good["version"]), str(history[0]["version"])
     )

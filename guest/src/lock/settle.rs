@@ -23,7 +23,7 @@ pub(crate) fn attempt<T: Transport, H: Platform>(
 ) -> Result<Attempt> {
     let (mut attempt, mut step) = Try::start(
         state_id,
-        session.new_token(),
+        session.new_owner(),
         session.host.now_ms(),
         session.config.lock_lease_ms,
         session.config.lock_settle_ms,

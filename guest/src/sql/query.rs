@@ -30,6 +30,9 @@ pub struct Query {
     /// The state rows an INSERT writes, each its id and version: what the session checks it
     /// wrote against (see `crate::landing`). Empty for other statements.
     pub lands: Vec<(String, u64)>,
+    /// A missing table makes the session create the schema and send this again (most
+    /// statements); a read of what may not exist, and need not, fails instead.
+    pub creates_schema: bool,
 }
 
 /// A read statement and the row type its answer decodes to (see `rows`).
@@ -64,7 +67,15 @@ impl Query {
             role: Role::Read,
             fanout: 1,
             lands: Vec::new(),
+            creates_schema: true,
         }
+    }
+
+    /// A read that fails on a missing table rather than create the schema (see
+    /// [`Query::creates_schema`]).
+    pub(super) fn without_schema_creation(mut self) -> Self {
+        self.creates_schema = false;
+        self
     }
 
     /// The state rows this INSERT writes, by id and version (see [`Query::lands`]).

@@ -50,6 +50,7 @@ impl Statements {
             self.writers
         ))
         .param("writers", serde_json::Value::from(writers).to_string())
+        .without_schema_creation()
         .read_binary()
     }
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import typing as t
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -35,20 +36,30 @@ logger = logging.getLogger(__name__)
 _Host = t.TypeVar("_Host", bound="Bridge | Embedded")
 
 
+_identifying = threading.Lock()
+
+
 def _identified(bridge: _Host) -> _Host:
     """``bridge``, its host told who this process is (once per host: Meltano's command, its run
-    id, this machine and process), so that the history and the lock's holder name them."""
-    if not bridge.identified:
-        caller = run_context.current()
-        bridge.call(
-            "identify",
-            run_id=caller.run_id or "",
-            command=caller.command,
-            host=caller.host,
-            pid=caller.pid,
-            meltano_version=caller.meltano_version or "",
-        )
+    id, this machine and process), so that the history and the lock's holder name them. Who
+    wrote never fails Meltano's call: a host that cannot be told (an older executable) is
+    logged and used as it is."""
+    with _identifying:
+        if bridge.identified:
+            return bridge
         bridge.identified = True
+        try:
+            caller = run_context.current()
+            bridge.call(
+                "identify",
+                run_id=caller.run_id or "",
+                command=caller.command,
+                host=caller.host,
+                pid=caller.pid,
+                meltano_version=caller.meltano_version or "",
+            )
+        except Exception as e:  # noqa: BLE001 - who wrote is best effort, never the call's fate
+            logger.debug("the state-backend host was not told who this process is: %s", e)
     return bridge
 
 

@@ -59,6 +59,11 @@ const BUDGETS: &[Budget] = &[
     budget("idle, nothing due", 0, 0),
     budget("close (gives the kept lock back)", 1, 332),
     budget("update, no lock kept (claim, write, release)", 4, 4518),
+    budget(
+        "update, an identified instance's first (and who it is)",
+        4,
+        4508,
+    ),
     budget("state_ids", 1, 179),
     budget("get_all", 1, 259),
     budget("set_all (3 states)", 2, 1076),
@@ -70,7 +75,7 @@ const BUDGETS: &[Budget] = &[
     budget("set_locked", 2, 1189),
     budget("release", 1, 344),
     budget("delete", 2, 660),
-    budget("clear_all", 2, 1283),
+    budget("clear_all (3 states)", 2, 1498),
 ];
 
 /// Counts the requests an instance sends, and their bytes.
@@ -168,24 +173,34 @@ async fn operations() -> Vec<(&'static str, usize, usize)> {
     let (mut b, sent) = counted(&table, &[]).await;
     b.get("run").await.expect("the first call");
     measure!(sent, 9, b.update(&bookmark(3)).await).expect("update");
-    let ids = measure!(sent, 10, b.state_ids(None).await).expect("state_ids");
-    assert_eq!(ids.len(), 2, "{ids:?}");
-    measure!(sent, 11, b.get_all(None).await).expect("get_all");
+    // Meltano's first write in a process: an update, identified (the run's first STATE); on
+    // an id of its own, so that the one-shot instance's claims stay as they were.
+    let (mut c, sent_c) = counted(&table, &[("lock_linger_seconds", "60")]).await;
+    c.identify(&this_process("budgets", "run-2", "4.4.1"))
+        .await
+        .expect("identify");
+    let other = State::partial("other", bookmark(4).partial);
+    c.get("other").await.expect("the first call");
+    measure!(sent_c, 10, c.update(&other).await).expect("update");
+    c.close().await.expect("close");
+    let ids = measure!(sent, 11, b.state_ids(None).await).expect("state_ids");
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    measure!(sent, 12, b.get_all(None).await).expect("get_all");
     let many: Vec<State> = (0..3)
         .map(|i| State::completed(format!("many{i}"), r#"{"singer_state":{}}"#))
         .collect();
-    measure!(sent, 12, b.set_all(&many).await).expect("set_all");
-    let history = measure!(sent, 13, b.history("run", 10).await).expect("history");
+    measure!(sent, 13, b.set_all(&many).await).expect("set_all");
+    let history = measure!(sent, 14, b.history("run", 10).await).expect("history");
     assert_eq!(history.len(), 3, "three updates of the run");
     let oldest = history.last().expect("a version").version;
-    measure!(sent, 14, b.get_at("run", Point::Version(oldest)).await).expect("get_at");
-    measure!(sent, 15, b.lock_info("run").await).expect("lock_info");
-    let lock = measure!(sent, 16, b.acquire_lock("run").await).expect("acquire_lock");
-    measure!(sent, 17, b.lock_info("run").await).expect("lock_info");
-    measure!(sent, 18, b.set_locked(&bookmark(4), &lock).await).expect("set_locked");
-    measure!(sent, 19, b.release(lock).await).expect("release");
-    measure!(sent, 20, b.delete("plain").await).expect("delete");
-    measure!(sent, 21, b.clear_all().await).expect("clear_all");
+    measure!(sent, 15, b.get_at("run", Point::Version(oldest)).await).expect("get_at");
+    measure!(sent, 16, b.lock_info("run").await).expect("lock_info");
+    let lock = measure!(sent, 17, b.acquire_lock("run").await).expect("acquire_lock");
+    measure!(sent, 18, b.lock_info("run").await).expect("lock_info");
+    measure!(sent, 19, b.set_locked(&bookmark(5), &lock).await).expect("set_locked");
+    measure!(sent, 20, b.release(lock).await).expect("release");
+    measure!(sent, 21, b.delete("plain").await).expect("delete");
+    measure!(sent, 22, b.clear_all().await).expect("clear_all");
     b.close().await.expect("close");
     assert_eq!(
         seen.len(),

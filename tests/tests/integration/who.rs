@@ -37,8 +37,12 @@ async fn an_identified_writer_is_named_by_its_history_rows_its_lock_and_a_conten
     for entry in &history {
         assert_eq!(entry.who.as_ref(), Some(&who), "{entry:?}");
     }
-    assert_eq!(who.pid, std::process::id());
-    assert!(!who.host.is_empty() && !who.backend_version.is_empty());
+    // What the table holds: this process (the test's own), as its host told it.
+    let row = table.target.must(&format!(
+        "SELECT run_id, command, pid FROM {SCHEMA}.{}_writers FORMAT TSV",
+        table.name
+    ));
+    assert_eq!(row.trim(), format!("run-42\trun\t{}", std::process::id()));
     // The unidentified instance's write names nobody.
     let theirs = other.history("t", 10).await.expect("history");
     assert_eq!(theirs.len(), 1);
@@ -72,7 +76,7 @@ async fn an_identified_writer_is_named_by_its_history_rows_its_lock_and_a_conten
 }
 
 #[tokio::test]
-async fn an_instance_keeps_the_identity_it_first_wrote_as() {
+async fn an_instance_keeps_the_first_identity_it_was_given() {
     let table = TestTable::new("who_first");
     let mut b = table.open().await;
     let first = run("run-1");
@@ -83,16 +87,47 @@ async fn an_instance_keeps_the_identity_it_first_wrote_as() {
     b.set(&State::completed("s", r#"{"a":1}"#))
         .await
         .expect("set");
+    let lock = b.acquire_lock("s").await.expect("acquire_lock");
+    let held = b.lock_details(&lock).await.expect("lock_details");
+    b.release(lock).await.expect("release");
     let history = b.history("s", 10).await.expect("history");
     assert_eq!(history.len(), 2);
     for entry in &history {
         assert_eq!(entry.who.as_ref(), Some(&first), "{entry:?}");
     }
+    // The host says what the store kept, not what it was told last.
+    assert_eq!(held.who.as_deref(), Some(&first));
+    // One row, written once (no FINAL: a second insert would show before a merge).
     let rows = table.target.must(&format!(
-        "SELECT run_id FROM {SCHEMA}.{}_writers FINAL FORMAT TSV",
+        "SELECT run_id FROM {SCHEMA}.{}_writers FORMAT TSV",
         table.name
     ));
     assert_eq!(rows.trim(), "run-1", "one row per instance");
+}
+
+#[tokio::test]
+async fn a_writers_table_that_refuses_the_row_fails_no_write() {
+    let table = TestTable::new("who_refused");
+    let mut setup = table.open().await;
+    setup.migrate().await.expect("migrate");
+    // A table of that name the row cannot go into (an operator's, or one this user may not
+    // insert into): the server refuses the row, every time.
+    let name = &table.name;
+    table
+        .target
+        .must(&format!("DROP TABLE {SCHEMA}.{name}_writers"));
+    table.target.must(&format!(
+        "CREATE TABLE {SCHEMA}.{name}_writers (x UInt8) ENGINE = MergeTree ORDER BY x"
+    ));
+    let mut b = table.open().await;
+    b.identify(&run("run-9")).await.expect("identify");
+    b.set(&State::completed("s", "{}"))
+        .await
+        .expect("the write goes on");
+    b.update(&bookmark(1)).await.expect("and the next");
+    let history = setup.history("s", 10).await.expect("history");
+    assert_eq!(history.len(), 2);
+    assert!(history.iter().all(|e| e.who.is_none()), "{history:?}");
 }
 
 #[tokio::test]
@@ -103,14 +138,18 @@ async fn who_wrote_missing_never_fails_a_read_and_the_next_write_brings_it_back(
     b.identify(&who).await.expect("identify");
     b.set(&State::completed("s", "{}")).await.expect("set");
     // An operator drops the table (or the schema predates it): reads go on, naming nobody.
+    let name = &table.name;
     table
         .target
-        .must(&format!("DROP TABLE {SCHEMA}.{}_writers", table.name));
+        .must(&format!("DROP TABLE {SCHEMA}.{name}_writers"));
     let mut reader = table.open().await;
     let history = reader.history("s", 10).await.expect("history");
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].who, None);
-    // A new identified instance creates it again before its first write.
+    // A read that names nobody creates nothing.
+    let exists = format!("EXISTS TABLE {SCHEMA}.{name}_writers FORMAT TSV");
+    assert_eq!(table.target.must(&exists).trim(), "0");
+    // A new identified instance's first write creates it again, before the write.
     let mut next = table.open().await;
     next.identify(&who).await.expect("identify");
     next.set(&State::completed("s", r#"{"a":1}"#))
