@@ -179,7 +179,7 @@ model-wide:
     cargo test -p lock-model --test check -- --nocapture --test-threads=1 --ignored
 
 # Mutation testing of the lock protocol, each part against the oracle that can see it. First
-# the protocol crate's code (cargo-mutants, about two hours: a mutant that survives runs the six
+# the protocol crate's code (cargo-mutants, about 45 minutes: a mutant that survives runs the six
 # model checks to the end): the fenced update machine, the log's folds, the guard's rule in
 # Rust, the set's, the deployment's settings, and the guest's SQL builders of the guard, against
 # the unit tests and the model's main checks; then settle mode's machine against its own

@@ -1,13 +1,15 @@
 //! The host inside the caller's process: the protocol `state-backend serve --stdio` speaks
-//! ([`crate::serve`]), over a channel instead of a pipe, behind a small C ABI. Meltano's
-//! bridge loads it with ctypes, so a call costs no pipe round trip and no wake-up of another
-//! process: that round trip was most of what a call through the bridge added to ClickHouse's
-//! own time (docs/benchmarks.md).
+//! ([`crate::serve`]), a line at a time through a function instead of a pipe, behind a small C
+//! ABI. Meltano's bridge loads it with ctypes, so a call costs no pipe round trip and no
+//! wake-up of another process: that round trip was most of what a call through the bridge
+//! added to ClickHouse's own time (docs/benchmarks.md).
 //!
-//! Each open instance runs on a thread of its own, in a single-threaded async runtime, as
-//! `serve` runs in its process: the instance gives back kept locks when idle on its own timer,
-//! between the caller's calls. A call hands a request line to that thread and waits for the
-//! answer line. Closing ends the requests: the instance gives back what it holds and closes.
+//! A call runs on the caller's thread, in the instance's single-threaded async runtime: no
+//! other thread is woken, nor waited for, on its way (a hand-off to a thread and back was a
+//! tenth of a call's CPU time at the floor). Between calls, a thread of the instance's own
+//! runs the store's idle work, as `serve` runs it between requests: kept locks are given back
+//! on its timer, with no thread of the caller's. One lock orders the two, and whichever holds
+//! it drives the runtime. Closing lets that thread give back what the instance holds and close.
 //!
 //! The C ABI (every function catches panics; no Rust panic crosses it):
 //! - `sb_open(config, len, &out, &out_len) -> handle`: starts an instance from a JSON
@@ -27,13 +29,14 @@ mod logs;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::clock::Clock;
 use crate::http::tls::TlsOptions;
-use crate::{Error, serve};
+use crate::{Backend, Error, serve};
 use serde::Deserialize;
 
 /// `sb_call`'s status: the instance's thread has ended (a panic, or it was closed).
@@ -74,179 +77,271 @@ fn warn() -> String {
     "warn".into()
 }
 
-/// One instance, served on its own thread.
+/// One instance. A call runs on the caller's thread; a thread of the instance's own runs only
+/// its idle work (giving back kept locks when due) between calls.
 pub struct Host {
-    inner: Mutex<Inner>,
+    shared: Arc<Shared>,
+    /// Disconnected when the idle thread has ended (after closing the instance).
+    ended: mpsc::Receiver<()>,
+    idler: Option<JoinHandle<()>>,
 }
 
-struct Inner {
-    /// `None` once closed, or once the thread is known to be gone.
-    requests: Option<tokio::sync::mpsc::Sender<String>>,
-    answers: mpsc::Receiver<String>,
-    thread: Option<JoinHandle<()>>,
+struct Shared {
+    /// Single-threaded: driven by whoever holds `state` (a call, or the idle work).
+    runtime: tokio::runtime::Runtime,
+    state: Mutex<State>,
+    /// Wakes the idle thread: its work falls due sooner than it sleeps, or the host is closing.
+    wake: Condvar,
+}
+
+struct State {
+    /// `None` once closed, or after a call that hung or panicked (its locks lapse).
+    instance: Option<Instance>,
+    /// When the store wants its idle work next (the instance's clock, unix ms), as the last
+    /// call or idle work said.
+    due: Option<u64>,
+    closing: bool,
+}
+
+struct Instance {
+    backend: Backend,
+    session: serve::Session,
+    clock: Arc<dyn Clock>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Host {
-    /// Starts an instance; the session's first line, ready or why not (then no host).
+    /// Starts an instance, on the caller's thread; the session's first line, ready or why not
+    /// (then no host).
     pub fn open(config: OpenConfig) -> (Option<Host>, String) {
         logs::init(&config.log);
-        let (request_sender, request_receiver) = tokio::sync::mpsc::channel::<String>(1);
-        let (answer_sender, answers) = mpsc::channel::<String>();
-        let thread = std::thread::Builder::new()
-            .name("state-backend".into())
-            .spawn(move || {
-                let served = catch_unwind(AssertUnwindSafe(|| {
-                    run(config, request_receiver, answer_sender)
-                }));
-                if served.is_err() {
-                    tracing::error!("the state-backend host's thread panicked");
-                }
-            });
-        let thread = match thread {
-            Ok(thread) => thread,
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
             Err(e) => {
                 return (
                     None,
-                    failure(&format!("cannot start the host's thread: {e}")),
+                    failure(&format!("cannot start the async runtime: {e}")),
                 );
             }
         };
-        match answers.recv() {
-            Ok(first) if first.starts_with("{\"ready\"") => {
-                let inner = Inner {
-                    requests: Some(request_sender),
-                    answers,
-                    thread: Some(thread),
-                };
+        let backend = match runtime.block_on(start(config)) {
+            Ok(backend) => backend,
+            Err(first) => return (None, first),
+        };
+        let first = serve::ready_line(&backend);
+        let clock = backend.clock();
+        let shared = Arc::new(Shared {
+            runtime,
+            state: Mutex::new(State {
+                instance: Some(Instance {
+                    backend,
+                    session: serve::Session::default(),
+                    clock,
+                }),
+                due: None,
+                closing: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let (ended_sender, ended) = mpsc::channel::<()>();
+        let idler = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("state-backend-idle".into())
+                .spawn(move || {
+                    let _ended = ended_sender;
+                    idle_until_closed(&shared);
+                })
+        };
+        match idler {
+            Ok(idler) => {
                 let host = Host {
-                    inner: Mutex::new(inner),
+                    shared,
+                    ended,
+                    idler: Some(idler),
                 };
                 (Some(host), first)
             }
-            Ok(first) => {
-                let _ = thread.join();
-                (None, first)
-            }
-            Err(_) => {
-                let _ = thread.join();
-                (None, failure("the host's thread ended before it was ready"))
+            Err(e) => {
+                if let Some(instance) = shared.state().instance.take() {
+                    let _ = shared.runtime.block_on(instance.finish());
+                }
+                (
+                    None,
+                    failure(&format!("cannot start the host's thread: {e}")),
+                )
             }
         }
     }
 
     /// One request line and its answer line, or the status and why there is none.
     pub fn call(&self, line: String, timeout: Duration) -> Result<String, (i32, String)> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(requests) = inner.requests.as_ref() else {
+        let mut state = self.shared.state();
+        if state.closing {
+            return Err((GONE, "the host has ended".into()));
+        }
+        let Some(instance) = state.instance.as_mut() else {
             return Err((GONE, "the host has ended".into()));
         };
-        if requests.blocking_send(line).is_err() {
-            inner.requests = None;
-            return Err((GONE, "the host's thread has ended".into()));
-        }
-        match inner.answers.recv_timeout(timeout) {
-            Ok(answer) => Ok(answer),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                inner.requests = None;
-                Err((GONE, "the host's thread ended before it answered".into()))
+        let answered = catch_unwind(AssertUnwindSafe(|| {
+            let answer = async {
+                // Nothing drove the runtime since the last call or idle work: a yield lets it
+                // take in what its sockets said meanwhile (tokio polls its driver before it
+                // resumes a yielded task), so that a pooled connection the server closed is
+                // seen closed before a request is written to it.
+                tokio::task::yield_now().await;
+                let answer =
+                    serve::answer_line(&mut instance.backend, &mut instance.session, &line).await;
+                // As `serve` does after each request, here rather than on the idle thread: no
+                // wake-up of it per call, only when the work falls due sooner than it sleeps.
+                let due = serve::idle(&mut instance.backend, &*instance.clock).await;
+                (answer, due)
+            };
+            // The timer made inside the runtime, whose clock it needs.
+            self.shared
+                .runtime
+                .block_on(async { tokio::time::timeout(timeout, answer).await })
+        }));
+        match answered {
+            Ok(Ok((answer, due))) => {
+                let sooner = due.is_some_and(|at| state.due.is_none_or(|was| at < was));
+                state.due = due;
+                if sooner {
+                    self.shared.wake.notify_one();
+                }
+                Ok(answer)
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                // The thread cannot be stopped; it is left to finish and is not used again.
-                inner.requests = None;
-                inner.thread = None;
+            Ok(Err(_)) => {
+                // Stopped where it waited; the instance is not used again and its locks lapse.
+                state.instance = None;
                 Err((
                     HUNG,
                     format!("no answer within {} s", timeout.as_secs_f64()),
                 ))
             }
+            Err(_) => {
+                state.instance = None;
+                Err((GONE, "the host panicked during the call".into()))
+            }
         }
     }
 
     /// Ends the requests and waits, at most `timeout`, for the instance to give back what it
-    /// holds and close; a thread that takes longer is left to finish on its own.
-    pub fn close(self, timeout: Duration) {
-        let mut inner = self.inner.into_inner().unwrap_or_else(|e| e.into_inner());
-        inner.requests = None;
-        let Some(thread) = inner.thread.take() else {
+    /// holds and close; an idle thread that takes longer is left to finish on its own.
+    pub fn close(mut self, timeout: Duration) {
+        self.signal_close();
+        let Some(idler) = self.idler.take() else {
             return;
         };
-        // The thread's end drops its end of the answers: that is the signal, with a bound.
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match inner.answers.recv_timeout(left) {
-                Ok(_) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let _ = thread.join();
-                    return;
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    tracing::warn!(
-                        "the host did not close within {} s; left to finish",
-                        timeout.as_secs_f64()
-                    );
-                    return;
-                }
+        // The idle thread's end drops its end of `ended`: that is the signal, with a bound.
+        match self.ended.recv_timeout(timeout) {
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = idler.join();
+            }
+            // Not waited for, as asked (after a call that hung, nothing is left to give back).
+            Err(mpsc::RecvTimeoutError::Timeout) if timeout.is_zero() => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                tracing::warn!(
+                    "the host did not close within {} s; left to finish",
+                    timeout.as_secs_f64()
+                );
             }
         }
     }
+
+    fn signal_close(&self) {
+        self.shared.state().closing = true;
+        self.shared.wake.notify_one();
+    }
 }
 
-/// The thread's work: start the instance, say whether it is ready, serve until the requests end.
-fn run(
-    config: OpenConfig,
-    requests: tokio::sync::mpsc::Receiver<String>,
-    answers: mpsc::Sender<String>,
-) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            let _ = answers.send(failure(&format!("cannot start the async runtime: {e}")));
-            return;
-        }
+impl Drop for Host {
+    /// A host dropped unclosed still closes, on its idle thread, unwaited.
+    fn drop(&mut self) {
+        self.signal_close();
+    }
+}
+
+impl Instance {
+    /// Gives back the locks the session holds and what the store kept, and closes.
+    async fn finish(self) -> Result<(), Error> {
+        serve::finish(self.backend, self.session).await
+    }
+}
+
+/// Starts the instance (see [`serve::start`]); or the first line saying why not.
+async fn start(config: OpenConfig) -> Result<Backend, String> {
+    let tls = TlsOptions {
+        ca_bundle: config.ca_bundle,
+        client_cert: config.client_cert,
+        client_key: config.client_key,
     };
-    runtime.block_on(async move {
-        let tls = TlsOptions {
-            ca_bundle: config.ca_bundle,
-            client_cert: config.client_cert,
-            client_key: config.client_key,
-        };
-        let options = match serve::single_user_options(
-            tls,
-            config.allow_loopback,
-            config.refuse_private,
-            config.ignore_proxy_env,
-        ) {
-            Ok(options) => options,
-            Err(e) => {
-                let _ = answers.send(serve::failure_line(&e, None));
-                return;
+    let options = serve::single_user_options(
+        tls,
+        config.allow_loopback,
+        config.refuse_private,
+        config.ignore_proxy_env,
+    )
+    .map_err(|e| serve::failure_line(&e, None))?;
+    let component = config
+        .component
+        .unwrap_or_else(crate::default_component_path);
+    serve::start(&config.uri, config.settings, &component, options)
+        .await
+        .map_err(|(error, setting)| serve::failure_line(&error, setting.as_deref()))
+}
+
+/// The idle thread: whenever the store said its idle work would be due, runs it (as `serve`
+/// does between requests); once closing, closes the instance. A panic here ends the instance
+/// as a call's would.
+fn idle_until_closed(shared: &Shared) {
+    let idled = catch_unwind(AssertUnwindSafe(|| {
+        let mut state = shared.state();
+        while !state.closing {
+            let st = &mut *state;
+            let Some(instance) = st.instance.as_mut() else {
+                state = shared.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            let now = instance.clock.now_ms();
+            if st.due.is_some_and(|at| at <= now) {
+                st.due = shared
+                    .runtime
+                    .block_on(serve::idle(&mut instance.backend, &*instance.clock));
+                continue;
             }
-        };
-        let component = config
-            .component
-            .unwrap_or_else(crate::default_component_path);
-        let backend = match serve::start(&config.uri, config.settings, &component, options).await {
-            Ok(backend) => backend,
-            Err((error, setting)) => {
-                let _ = answers.send(serve::failure_line(&error, setting.as_deref()));
-                return;
-            }
-        };
-        if answers.send(serve::ready_line(&backend)).is_err() {
-            let _ = backend.close().await;
-            return;
+            let due = st.due;
+            state = match due {
+                Some(at) => {
+                    let wait = Duration::from_millis(at.saturating_sub(now));
+                    shared
+                        .wake
+                        .wait_timeout(state, wait)
+                        .map_or_else(|e| e.into_inner().0, |(state, _)| state)
+                }
+                None => shared.wake.wait(state).unwrap_or_else(|e| e.into_inner()),
+            };
         }
-        // Nothing stops it but the end of the requests: the sender is dropped at once.
-        let (_, stop) = tokio::sync::watch::channel(false);
-        let answer = move |line: String| answers.send(line).is_ok();
-        if let Err(e) = serve::serve(backend, requests, answer, stop).await {
+        let instance = state.instance.take();
+        drop(state);
+        if let Some(instance) = instance
+            && let Err(e) = shared.runtime.block_on(instance.finish())
+        {
             tracing::warn!("closing the instance: {e}");
         }
-    });
+    }));
+    if idled.is_err() {
+        tracing::error!("the state-backend host's idle thread panicked");
+        shared.state().instance = None;
+    }
 }
 
 fn failure(message: &str) -> String {
@@ -332,13 +427,14 @@ pub unsafe extern "C" fn sb_call(
     out: *mut *mut u8,
     out_len: *mut usize,
 ) -> i32 {
-    let answered = catch_unwind(|| {
+    // A panic inside a call is caught where the instance can be given up (`Host::call`).
+    let answered = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the caller's promise.
         let host = unsafe { host.as_ref() }.ok_or((GONE, "no host".to_string()))?;
         // SAFETY: the caller's promise.
         let line = unsafe { text_of(line, len) }.map_err(|e| (GONE, format!("request: {e}")))?;
         host.call(line, Duration::from_millis(timeout_ms))
-    });
+    }));
     let (status, text) = match answered {
         Ok(Ok(answer)) => (0, answer),
         Ok(Err((status, message))) => (status, message),

@@ -1,7 +1,8 @@
 //! The protocol of a long-lived instance: one JSON request per line, one JSON answer per line.
 //! Two hosts serve it: `state-backend serve --stdio` (over a pipe, from another process) and the
-//! embedded host in Meltano's own process (`embedded`, over a channel). Both start the
-//! instance with [`start`] and run [`serve`]; only where lines come from and go to differs.
+//! embedded host in Meltano's own process (`embedded`, a call on the caller's thread). Both
+//! start the instance with [`start`]; `serve` runs [`serve`], and the embedded host the same
+//! parts of it one call at a time (`answer_line`, `idle`, `finish`).
 //!
 //! Request: `{"id": 1, "method": "get", "params": {"state_id": "dev:a"}}` (the methods:
 //! [`Request`]). Answer: `{"id": 1, "result": ...}` or `{"id": 1, "error": {"kind": "locked",
@@ -182,6 +183,12 @@ pub async fn serve(
         }
         due = idle(&mut backend, &*clock).await;
     }
+    finish(backend, session).await
+}
+
+/// The end of a session: gives back the locks it holds, then closes the instance (which gives
+/// back what its store kept).
+pub(crate) async fn finish(mut backend: Backend, session: Session) -> Result<(), Error> {
     for lock in session.into_locks() {
         let _ = backend.release(lock).await;
     }
@@ -189,7 +196,11 @@ pub async fn serve(
 }
 
 /// The answer to one request line.
-async fn answer_line(backend: &mut Backend, session: &mut Session, line: &str) -> String {
+pub(crate) async fn answer_line(
+    backend: &mut Backend,
+    session: &mut Session,
+    line: &str,
+) -> String {
     let answer = match serde_json::from_str::<Value>(line) {
         Ok(mut request) => {
             let id = request.get("id").cloned().unwrap_or(Value::Null);
@@ -213,7 +224,7 @@ async fn answer_line(backend: &mut Backend, session: &mut Session, line: &str) -
 
 /// Lets the store give back what it kept and idled long enough; returns when to call again. A
 /// failure is logged and retried a second later (the store keeps what it could not give back).
-async fn idle(backend: &mut Backend, clock: &dyn Clock) -> Option<u64> {
+pub(crate) async fn idle(backend: &mut Backend, clock: &dyn Clock) -> Option<u64> {
     match backend.idle().await {
         Ok(due) => due,
         Err(e) => {

@@ -1,10 +1,11 @@
 """The host inside Meltano's process: the host library built with its ``embedded`` feature
-(``host/src/embedded/``), loaded with ctypes, speaking the protocol of ``state-backend serve`` over a channel instead of a pipe.
+(``host/src/embedded/``), loaded with ctypes, speaking the protocol of ``state-backend serve``
+through a function call instead of a pipe.
 
 Why: a call through the child process pays a pipe round trip and the wake-up of another process
 each way, about 0.1 ms, which was most of what a call added to ClickHouse's own time. In the
-process, the same request reaches the host's thread in microseconds. The component is as
-sandboxed as in the child: the library is wasmtime and the same host.
+process, a call runs on the calling thread, and wakes no other. The component is as sandboxed as
+in the child: the library is wasmtime and the same host.
 
 What it gives up against the child process: a crash of the host (not of the component, whose
 traps are errors) would be Meltano's; and the locks it keeps are given back when Meltano exits
@@ -215,7 +216,7 @@ class Embedded:
             )
             answer = self._take(out, size)
             if status != 0:
-                # Freed at once: the host's thread, ended or hung, is not waited for.
+                # Freed at once: the host's idle thread is not waited for.
                 handle, self._handle = self._handle, None
                 self._lib.sb_close(handle, 0)
                 what = "did not answer" if status == _HUNG else "ended before it answered"

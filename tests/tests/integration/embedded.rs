@@ -114,3 +114,62 @@ fn no_handle_is_a_clear_status_not_a_crash() {
     assert_eq!(status, GONE);
     assert!(answer.contains("no host"), "{answer}");
 }
+
+#[test]
+fn a_kept_lock_is_given_back_between_calls_on_the_instances_own_timer() {
+    // Calls run on the caller's thread; the idle work (the linger's end) on the instance's
+    // own, with no call to carry it.
+    let table = TestTable::new("embedded_idle");
+    let (host, first) = open(&config(&table, &[("lock_linger_seconds", "1")]));
+    assert!(!host.is_null(), "{first}");
+    let (watcher, first) = open(&config(&table, &[]));
+    assert!(!watcher.is_null(), "{first}");
+    let holder = || {
+        let (_, answer) = call(
+            watcher,
+            r#"{"id": 1, "method": "lock_info", "params": {"state_id": "dev:idle"}}"#,
+        );
+        json(&answer)["result"].clone()
+    };
+
+    let (status, answer) = call(
+        host,
+        r#"{"id": 1, "method": "update", "params": {"state_id": "dev:idle", "partial": "{}",
+            "completed": "{\"singer_state\": {\"n\": 1}}"}}"#,
+    );
+    assert_eq!(status, 0, "{answer}");
+    assert!(json(&answer).get("error").is_none(), "{answer}");
+    let kept = std::time::Instant::now();
+    assert!(holder()["owner"].is_string(), "the update kept no lock");
+    // Well within the lease (30 s), at whose end it would lapse by itself.
+    while holder() != Value::Null {
+        assert!(
+            kept.elapsed() < std::time::Duration::from_secs(10),
+            "the kept lock was not given back between calls"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Given back at the linger's end, not before it, and by its holder.
+    assert!(kept.elapsed() >= std::time::Duration::from_millis(900));
+    let released = table.target.must(&format!(
+        "SELECT count() FROM {}_lock_log WHERE state_id = 'dev:idle' AND event = 'release'",
+        table.qualified()
+    ));
+    assert_eq!(
+        released.trim(),
+        "1",
+        "no release row: the lock was not given back"
+    );
+
+    // The instance goes on answering after its idle work.
+    let (status, answer) = call(host, r#"{"id": 2, "method": "ping"}"#);
+    assert_eq!(
+        (status, json(&answer)["result"].clone()),
+        (0, "pong".into())
+    );
+    // SAFETY: handles from `sb_open`, not used again.
+    unsafe {
+        sb_close(host, 60_000);
+        sb_close(watcher, 60_000);
+    }
+}
