@@ -31,6 +31,9 @@ pub struct Backend {
     handle: ResourceAny,
     /// Who this instance's writes come from, as told to it (`identify`).
     who: Option<WriterInfo>,
+    /// The engine's epoch ticker, kept going while this instance lives, whether or not its
+    /// `Runtime` does (`serve` and the embedded host keep only the instance).
+    _ticker: std::sync::Arc<crate::engine::Ticker>,
 }
 
 /// Calls a method of the `store` resource; a trap becomes `Error::Component`, a contract error
@@ -60,6 +63,7 @@ impl Backend {
     pub(crate) async fn open(
         mut sandbox: Store<HostState>,
         bindings: ClickhouseStateBackend,
+        ticker: std::sync::Arc<crate::engine::Ticker>,
         uri: &str,
         settings: Settings,
     ) -> Result<Self> {
@@ -76,6 +80,7 @@ impl Backend {
             bindings,
             handle,
             who: None,
+            _ticker: ticker,
         })
     }
 

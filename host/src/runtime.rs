@@ -104,8 +104,9 @@ pub struct Runtime {
     pre: ClickhouseStateBackendPre<HostState>,
     options: RuntimeOptions,
     sender: Sender,
-    /// Stops when the runtime goes away.
-    _ticker: Ticker,
+    /// Stops when the runtime and every instance it opened have gone away: an instance's
+    /// deadline, CPU budget and yields all run on its ticks.
+    ticker: Arc<Ticker>,
     /// How the component was obtained (compiled, from the cache, precompiled).
     loaded: cache::Outcome,
 }
@@ -163,7 +164,7 @@ impl Runtime {
             pre,
             options,
             sender,
-            _ticker: ticker,
+            ticker: Arc::new(ticker),
             loaded,
         })
     }
@@ -278,7 +279,7 @@ impl Runtime {
             .instantiate_async(&mut store)
             .await
             .map_err(Error::trap)?;
-        Backend::open(store, bindings, uri, settings).await
+        Backend::open(store, bindings, Arc::clone(&self.ticker), uri, settings).await
     }
 }
 

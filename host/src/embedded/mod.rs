@@ -25,10 +25,14 @@
 //! Secrets: the configuration carries the URI and the password; neither is logged, and
 //! [`OpenConfig`] has no `Debug`.
 
+mod abi;
 mod logs;
+
+pub use abi::{sb_call, sb_close, sb_free, sb_open, sb_set_log_sink};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -82,7 +86,7 @@ fn warn() -> String {
 pub struct Host {
     shared: Arc<Shared>,
     /// Disconnected when the idle thread has ended (after closing the instance).
-    ended: mpsc::Receiver<()>,
+    ended: Mutex<mpsc::Receiver<()>>,
     idler: Option<JoinHandle<()>>,
 }
 
@@ -92,7 +96,14 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the idle thread: its work falls due sooner than it sleeps, or the host is closing.
     wake: Condvar,
+    /// Set without the lock, so that closing never waits for idle work in progress; the idle
+    /// thread reads it under the lock, and sleeps at most `CLOSE_CHECK` at a time.
+    closing: AtomicBool,
 }
+
+/// The longest the idle thread sleeps before it looks whether the host is closing (a close
+/// that came between its look and its sleep is seen then).
+const CLOSE_CHECK: Duration = Duration::from_secs(1);
 
 struct State {
     /// `None` once closed, or after a call that hung or panicked (its locks lapse).
@@ -100,7 +111,6 @@ struct State {
     /// When the store wants its idle work next (the instance's clock, unix ms), as the last
     /// call or idle work said.
     due: Option<u64>,
-    closing: bool,
 }
 
 struct Instance {
@@ -112,6 +122,27 @@ struct Instance {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Runs `work` on the runtime, on this thread. Nothing drove the runtime since the last
+    /// call or idle work: a yield first lets it take in what its sockets said meanwhile (tokio
+    /// polls its driver before it resumes a yielded task), so that a pooled connection the
+    /// server closed is seen closed before a request is written to it.
+    fn drive<F: std::future::Future>(&self, work: F) -> F::Output {
+        self.runtime.block_on(async {
+            tokio::task::yield_now().await;
+            work.await
+        })
+    }
+
+    /// Gives up the instance (its locks lapse), dropped where the runtime's handle is current.
+    fn give_up(&self, state: &mut State) {
+        let _entered = self.runtime.enter();
+        state.instance = None;
     }
 }
 
@@ -147,9 +178,9 @@ impl Host {
                     clock,
                 }),
                 due: None,
-                closing: false,
             }),
             wake: Condvar::new(),
+            closing: AtomicBool::new(false),
         });
         let (ended_sender, ended) = mpsc::channel::<()>();
         let idler = {
@@ -165,7 +196,7 @@ impl Host {
             Ok(idler) => {
                 let host = Host {
                     shared,
-                    ended,
+                    ended: Mutex::new(ended),
                     idler: Some(idler),
                 };
                 (Some(host), first)
@@ -185,7 +216,7 @@ impl Host {
     /// One request line and its answer line, or the status and why there is none.
     pub fn call(&self, line: String, timeout: Duration) -> Result<String, (i32, String)> {
         let mut state = self.shared.state();
-        if state.closing {
+        if self.shared.closing() {
             return Err((GONE, "the host has ended".into()));
         }
         let Some(instance) = state.instance.as_mut() else {
@@ -193,11 +224,6 @@ impl Host {
         };
         let answered = catch_unwind(AssertUnwindSafe(|| {
             let answer = async {
-                // Nothing drove the runtime since the last call or idle work: a yield lets it
-                // take in what its sockets said meanwhile (tokio polls its driver before it
-                // resumes a yielded task), so that a pooled connection the server closed is
-                // seen closed before a request is written to it.
-                tokio::task::yield_now().await;
                 let answer =
                     serve::answer_line(&mut instance.backend, &mut instance.session, &line).await;
                 // As `serve` does after each request, here rather than on the idle thread: no
@@ -207,8 +233,7 @@ impl Host {
             };
             // The timer made inside the runtime, whose clock it needs.
             self.shared
-                .runtime
-                .block_on(async { tokio::time::timeout(timeout, answer).await })
+                .drive(async { tokio::time::timeout(timeout, answer).await })
         }));
         match answered {
             Ok(Ok((answer, due))) => {
@@ -221,14 +246,14 @@ impl Host {
             }
             Ok(Err(_)) => {
                 // Stopped where it waited; the instance is not used again and its locks lapse.
-                state.instance = None;
+                self.shared.give_up(&mut state);
                 Err((
                     HUNG,
                     format!("no answer within {} s", timeout.as_secs_f64()),
                 ))
             }
             Err(_) => {
-                state.instance = None;
+                self.shared.give_up(&mut state);
                 Err((GONE, "the host panicked during the call".into()))
             }
         }
@@ -242,7 +267,8 @@ impl Host {
             return;
         };
         // The idle thread's end drops its end of `ended`: that is the signal, with a bound.
-        match self.ended.recv_timeout(timeout) {
+        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        match ended.recv_timeout(timeout) {
             Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let _ = idler.join();
             }
@@ -257,8 +283,9 @@ impl Host {
         }
     }
 
+    /// Never waits for the lock: idle work in progress sees the flag when it ends.
     fn signal_close(&self) {
-        self.shared.state().closing = true;
+        self.shared.closing.store(true, Ordering::SeqCst);
         self.shared.wake.notify_one();
     }
 }
@@ -305,179 +332,40 @@ async fn start(config: OpenConfig) -> Result<Backend, String> {
 fn idle_until_closed(shared: &Shared) {
     let idled = catch_unwind(AssertUnwindSafe(|| {
         let mut state = shared.state();
-        while !state.closing {
+        while !shared.closing() {
             let st = &mut *state;
-            let Some(instance) = st.instance.as_mut() else {
-                state = shared.wake.wait(state).unwrap_or_else(|e| e.into_inner());
-                continue;
-            };
-            let now = instance.clock.now_ms();
-            if st.due.is_some_and(|at| at <= now) {
-                st.due = shared
-                    .runtime
-                    .block_on(serve::idle(&mut instance.backend, &*instance.clock));
-                continue;
-            }
-            let due = st.due;
-            state = match due {
-                Some(at) => {
-                    let wait = Duration::from_millis(at.saturating_sub(now));
-                    shared
-                        .wake
-                        .wait_timeout(state, wait)
-                        .map_or_else(|e| e.into_inner().0, |(state, _)| state)
+            let wait = match st.instance.as_mut() {
+                None => CLOSE_CHECK,
+                Some(instance) => {
+                    let now = instance.clock.now_ms();
+                    if st.due.is_some_and(|at| at <= now) {
+                        st.due = shared.drive(serve::idle(&mut instance.backend, &*instance.clock));
+                        continue;
+                    }
+                    st.due.map_or(CLOSE_CHECK, |at| {
+                        Duration::from_millis(at.saturating_sub(now)).min(CLOSE_CHECK)
+                    })
                 }
-                None => shared.wake.wait(state).unwrap_or_else(|e| e.into_inner()),
             };
+            state = shared
+                .wake
+                .wait_timeout(state, wait)
+                .map_or_else(|e| e.into_inner().0, |(state, _)| state);
         }
         let instance = state.instance.take();
         drop(state);
         if let Some(instance) = instance
-            && let Err(e) = shared.runtime.block_on(instance.finish())
+            && let Err(e) = shared.drive(instance.finish())
         {
             tracing::warn!("closing the instance: {e}");
         }
     }));
     if idled.is_err() {
         tracing::error!("the state-backend host's idle thread panicked");
-        shared.state().instance = None;
+        shared.give_up(&mut shared.state());
     }
 }
 
 fn failure(message: &str) -> String {
     serve::failure_line(&Error::Component(message.into()), None)
-}
-
-/// Gives `text` out to the caller, who frees it with `sb_free`.
-///
-/// # Safety
-/// `out` and `out_len` are valid for writes.
-unsafe fn give(text: String, out: *mut *mut u8, out_len: *mut usize) {
-    let bytes = text.into_bytes().into_boxed_slice();
-    let len = bytes.len();
-    let ptr = Box::into_raw(bytes).cast::<u8>();
-    // SAFETY: the caller's promise.
-    unsafe {
-        *out = ptr;
-        *out_len = len;
-    }
-}
-
-/// # Safety
-/// `ptr` is valid for `len` bytes (or `len` is 0).
-unsafe fn text_of(ptr: *const u8, len: usize) -> Result<String, String> {
-    if len == 0 {
-        return Ok(String::new());
-    }
-    if ptr.is_null() {
-        return Err("a null pointer with a length".into());
-    }
-    // SAFETY: the caller's promise.
-    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-    String::from_utf8(bytes.to_vec()).map_err(|_| "not UTF-8".to_string())
-}
-
-/// Starts an instance from the JSON configuration in `config`. Returns the handle, or null
-/// when it did not start; either way `out` holds the session's first line.
-///
-/// # Safety
-/// `config` is valid for `len` bytes; `out` and `out_len` are valid for writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sb_open(
-    config: *const u8,
-    len: usize,
-    out: *mut *mut u8,
-    out_len: *mut usize,
-) -> *mut Host {
-    let opened = catch_unwind(|| {
-        // SAFETY: the caller's promise.
-        let text = unsafe { text_of(config, len) }.map_err(|e| format!("configuration: {e}"))?;
-        // Where, not serde's message: that can quote a value, and the password is one.
-        let config: OpenConfig = serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "the configuration is not what the host takes (line {}, column {})",
-                e.line(),
-                e.column()
-            )
-        })?;
-        Ok::<_, String>(Host::open(config))
-    });
-    let (host, first) = match opened {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(message)) => (None, failure(&message)),
-        Err(_) => (None, failure("the host panicked while starting")),
-    };
-    // SAFETY: the caller's promise.
-    unsafe { give(first, out, out_len) };
-    host.map_or(std::ptr::null_mut(), |host| Box::into_raw(Box::new(host)))
-}
-
-/// Sends one request line and waits at most `timeout_ms` for its answer, in `out`. Returns 0,
-/// or [`GONE`] or [`HUNG`] with why in `out`.
-///
-/// # Safety
-/// `host` came from `sb_open` and is not closed; `line` is valid for `len` bytes; `out` and
-/// `out_len` are valid for writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sb_call(
-    host: *const Host,
-    line: *const u8,
-    len: usize,
-    timeout_ms: u64,
-    out: *mut *mut u8,
-    out_len: *mut usize,
-) -> i32 {
-    // A panic inside a call is caught where the instance can be given up (`Host::call`).
-    let answered = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the caller's promise.
-        let host = unsafe { host.as_ref() }.ok_or((GONE, "no host".to_string()))?;
-        // SAFETY: the caller's promise.
-        let line = unsafe { text_of(line, len) }.map_err(|e| (GONE, format!("request: {e}")))?;
-        host.call(line, Duration::from_millis(timeout_ms))
-    }));
-    let (status, text) = match answered {
-        Ok(Ok(answer)) => (0, answer),
-        Ok(Err((status, message))) => (status, message),
-        Err(_) => (GONE, "the host panicked".to_string()),
-    };
-    // SAFETY: the caller's promise.
-    unsafe { give(text, out, out_len) };
-    status
-}
-
-/// Sends each line of the host's log to `sink` (null: to stderr), on whichever thread logged
-/// it. Set it before the first `sb_open`, and to null before `sink` goes away.
-#[unsafe(no_mangle)]
-pub extern "C" fn sb_set_log_sink(sink: Option<logs::Sink>) {
-    let _ = catch_unwind(|| logs::set_sink(sink));
-}
-
-/// Frees what `sb_open` or `sb_call` gave out.
-///
-/// # Safety
-/// `ptr` and `len` are exactly as one of them gave out, and not freed before.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sb_free(ptr: *mut u8, len: usize) {
-    if ptr.is_null() {
-        return;
-    }
-    // SAFETY: the caller's promise: a boxed slice of `len` bytes from `give`.
-    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
-}
-
-/// Ends the instance: held locks are given back, then it closes, waiting at most `timeout_ms`
-/// for that; frees the handle.
-///
-/// # Safety
-/// `host` came from `sb_open` and is not used again.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sb_close(host: *mut Host, timeout_ms: u64) {
-    if host.is_null() {
-        return;
-    }
-    // SAFETY: the caller's promise.
-    let host = unsafe { Box::from_raw(host) };
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        host.close(Duration::from_millis(timeout_ms))
-    }));
 }

@@ -89,9 +89,17 @@ _OUT = ctypes.POINTER(ctypes.c_ubyte)
 _SINK = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
 
 
+#: A Ctrl-C that arrived while a log line was relayed: a call logs on the calling thread, where
+#: Python runs its signal handlers, and an exception cannot cross back into the library. Raised
+#: again once the call returns (``Embedded.call``).
+_interrupted = threading.Event()
+
+
 def _log_line(text: t.Any, size: int) -> None:
     try:
         relay_log_line(ctypes.string_at(text, size).decode(errors="replace"))
+    except KeyboardInterrupt:
+        _interrupted.set()
     except Exception:  # noqa: BLE001 (nothing may raise into the library's thread)
         pass
 
@@ -215,6 +223,9 @@ class Embedded:
                 self._handle, line, len(line), timeout_ms, ctypes.byref(out), ctypes.byref(size)
             )
             answer = self._take(out, size)
+            if _interrupted.is_set() and threading.current_thread() is threading.main_thread():
+                _interrupted.clear()
+                raise KeyboardInterrupt
             if status != 0:
                 # Freed at once: the host's idle thread is not waited for.
                 handle, self._handle = self._handle, None

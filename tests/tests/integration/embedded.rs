@@ -3,7 +3,9 @@
 //! why, without the password; an open instance answers the `serve` protocol against ClickHouse
 //! and gives back the locks it holds when closed.
 
-use integration_tests::state_host::embedded::{GONE, Host, sb_call, sb_close, sb_free, sb_open};
+use integration_tests::state_host::embedded::{
+    GONE, HUNG, Host, sb_call, sb_close, sb_free, sb_open,
+};
 use integration_tests::{TestTable, json};
 use serde_json::Value;
 
@@ -125,11 +127,13 @@ fn a_kept_lock_is_given_back_between_calls_on_the_instances_own_timer() {
     let (watcher, first) = open(&config(&table, &[]));
     assert!(!watcher.is_null(), "{first}");
     let holder = || {
-        let (_, answer) = call(
+        let (status, answer) = call(
             watcher,
             r#"{"id": 1, "method": "lock_info", "params": {"state_id": "dev:idle"}}"#,
         );
-        json(&answer)["result"].clone()
+        let answer = json(&answer);
+        assert!(status == 0 && answer.get("error").is_none(), "{answer}");
+        answer["result"].clone()
     };
 
     let (status, answer) = call(
@@ -172,4 +176,49 @@ fn a_kept_lock_is_given_back_between_calls_on_the_instances_own_timer() {
         sb_close(host, 60_000);
         sb_close(watcher, 60_000);
     }
+}
+
+#[test]
+fn a_call_that_never_ends_is_given_up_at_its_timeout_and_its_instance_with_it() {
+    // The call runs on the caller's thread: only the guest's yields (at each tick of the
+    // engine's epoch, which must outlive the runtime that opened the instance) let its timeout
+    // fire. The evil component's `get("loop")` spins without end.
+    let evil =
+        integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
+    let table = TestTable::new("embedded_evil");
+    let config = serde_json::json!({
+        "uri": table.target.uri(),
+        "allow_loopback": true,
+        "component": evil,
+    })
+    .to_string();
+    let (host, first) = open(&config);
+    assert!(!host.is_null(), "{first}");
+    let handle = host as usize;
+    let (answered, answers) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let line = r#"{"id": 1, "method": "get", "params": {"state_id": "loop"}}"#;
+        let (mut out, mut len) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: a handle from `sb_open`, closed only after this answers; valid buffers.
+        let status = unsafe {
+            sb_call(
+                handle as *const Host,
+                line.as_ptr(),
+                line.len(),
+                1_000,
+                &mut out,
+                &mut len,
+            )
+        };
+        let _ = answered.send((status, taken(out, len)));
+    });
+    let (status, answer) = answers
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the endless call was never given up");
+    assert_eq!(status, HUNG, "{answer}");
+    // Given up with its instance: the handle says so at once, and closes at once.
+    let (status, answer) = call(host, r#"{"id": 2, "method": "ping"}"#);
+    assert_eq!(status, GONE, "{answer}");
+    // SAFETY: a handle from `sb_open`, not used again.
+    unsafe { sb_close(host, 0) };
 }
