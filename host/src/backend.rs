@@ -84,6 +84,12 @@ impl Backend {
         })
     }
 
+    /// Whether a call trapped (stopped at its deadline or CPU budget, a panic, out of memory):
+    /// the instance cannot be called again, and whoever serves it should open another.
+    pub fn trapped(&self) -> bool {
+        self.sandbox.data().limits.trapped
+    }
+
     /// What the CPU share held the last call back by (nothing without a share).
     pub fn held_back(&self) -> crate::limits::HeldBack {
         self.sandbox.data().limits.held_back
@@ -380,6 +386,7 @@ fn end_call<R>(sandbox: &mut Store<HostState>, result: wasmtime::Result<R>) -> R
     let limits = &mut sandbox.data_mut().limits;
     limits.call_started = None;
     result.map_err(|trap| {
+        limits.trapped = true;
         if let Some(message) = limits
             .last_panic
             .take()

@@ -42,6 +42,8 @@ pub(crate) struct Limits {
     pub(crate) last_panic: Option<String>,
     /// What the guest wrote to stderr (bounded; further writes fail).
     pub(crate) stderr: MemoryOutputPipe,
+    /// A call trapped (stopped, panicked, out of memory): wasmtime enters the instance no more.
+    pub(crate) trapped: bool,
 }
 
 impl Limits {
@@ -66,6 +68,7 @@ impl Limits {
             memory_denied: false,
             last_panic: None,
             stderr: MemoryOutputPipe::new(64 * 1024),
+            trapped: false,
         }
     }
 

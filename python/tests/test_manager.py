@@ -663,3 +663,36 @@ def test_a_library_that_cannot_load_falls_back_to_a_child_process(
         manager.set(MeltanoState("dev:fallback", {}, {"singer_state": {"v": 1}}))
         assert manager.get("dev:fallback").completed_state == {"singer_state": {"v": 1}}
     assert "running the host as a child process" in caplog.text
+
+
+def test_a_ctrl_c_during_a_relayed_log_line_is_raised_once_the_library_returns(monkeypatch):
+    """A call relays its log on the calling thread, where Python runs its signal handlers; ctypes
+    drops an exception raised in its callback, so the Ctrl-C is kept and raised afterwards."""
+    import ctypes
+    import types
+
+    from meltano_clickhouse_state import embedded
+
+    def interrupted(_line: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(embedded, "relay_log_line", interrupted)
+    line = ctypes.create_string_buffer(b"a log line")
+    embedded._LOG_SINK(ctypes.cast(line, ctypes.POINTER(ctypes.c_char)), 10)
+    with pytest.raises(KeyboardInterrupt):
+        embedded._reraise_interrupt()
+    embedded._reraise_interrupt()  # once only
+
+    # Raised before the callback's `try` (Python 3.11+), ctypes reports it as unraisable to the
+    # hook the module installs (pytest puts its own in place during a test).
+    embedded._unraisable(
+        types.SimpleNamespace(
+            exc_type=KeyboardInterrupt,
+            exc_value=KeyboardInterrupt(),
+            exc_traceback=None,
+            err_msg="Exception ignored on calling ctypes callback function",
+            object=embedded._log_line,
+        )
+    )
+    with pytest.raises(KeyboardInterrupt):
+        embedded._reraise_interrupt()

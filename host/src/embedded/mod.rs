@@ -228,14 +228,28 @@ impl Host {
                     serve::answer_line(&mut instance.backend, &mut instance.session, &line).await;
                 // As `serve` does after each request, here rather than on the idle thread: no
                 // wake-up of it per call, only when the work falls due sooner than it sleeps.
-                let due = serve::idle(&mut instance.backend, &*instance.clock).await;
+                let due = if instance.backend.trapped() {
+                    None
+                } else {
+                    serve::idle(&mut instance.backend, &*instance.clock).await
+                };
                 (answer, due)
             };
             // The timer made inside the runtime, whose clock it needs.
             self.shared
                 .drive(async { tokio::time::timeout(timeout, answer).await })
         }));
+        let trapped = state.instance.as_ref().is_some_and(|i| i.backend.trapped());
         match answered {
+            Ok(Ok((answer, _))) if trapped => {
+                // Stopped (its deadline, its CPU budget, a panic): the instance can answer
+                // nothing more, so it is given up now and the caller opens another.
+                self.shared.give_up(&mut state);
+                Err((
+                    GONE,
+                    format!("the instance was stopped and cannot be used again: {answer}"),
+                ))
+            }
             Ok(Ok((answer, due))) => {
                 let sooner = due.is_some_and(|at| state.due.is_none_or(|was| at < was));
                 state.due = due;

@@ -178,6 +178,12 @@ pub async fn serve(
         if !answer(answer_line(&mut backend, &mut session, &line).await) {
             break;
         }
+        if backend.trapped() {
+            // Its answer said why; the instance can answer nothing more, so the session ends
+            // and the caller starts another (the bridge does, at its next call).
+            tracing::warn!("the instance was stopped and cannot be used again; ending");
+            break;
+        }
         if *stop.borrow() {
             break;
         }

@@ -90,8 +90,8 @@ _SINK = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
 
 
 #: A Ctrl-C that arrived while a log line was relayed: a call logs on the calling thread, where
-#: Python runs its signal handlers, and an exception cannot cross back into the library. Raised
-#: again once the call returns (``Embedded.call``).
+#: Python runs its signal handlers, and an exception cannot cross back into the library (ctypes
+#: reports it as unraisable and drops it). Raised again once the library returns.
 _interrupted = threading.Event()
 
 
@@ -102,6 +102,31 @@ def _log_line(text: t.Any, size: int) -> None:
         _interrupted.set()
     except Exception:  # noqa: BLE001 (nothing may raise into the library's thread)
         pass
+
+
+_previous_unraisable_hook = sys.unraisablehook
+
+
+def _unraisable(unraisable: t.Any) -> None:
+    """From Python 3.11 a signal's exception can be raised at the callback's first instruction,
+    before its ``try``; ctypes then reports it here. A Ctrl-C there is kept for later."""
+    from_callback = unraisable.object is _log_line or "ctypes callback" in (
+        unraisable.err_msg or ""
+    )
+    if unraisable.exc_type is KeyboardInterrupt and from_callback:
+        _interrupted.set()
+        return
+    _previous_unraisable_hook(unraisable)
+
+
+sys.unraisablehook = _unraisable
+
+
+def _reraise_interrupt() -> None:
+    """Raises the Ctrl-C a log line's relay caught, on the thread Python delivers it to."""
+    if _interrupted.is_set() and threading.current_thread() is threading.main_thread():
+        _interrupted.clear()
+        raise KeyboardInterrupt
 
 
 #: Kept alive while the library may call it.
@@ -200,6 +225,7 @@ class Embedded:
         self._handle: int | None = handle
         self._call_deadline = first_line(first)
         _instances.add(self)
+        _reraise_interrupt()  # after the instance is kept, so that it is closed at exit
 
     @property
     def alive(self) -> bool:
@@ -212,6 +238,12 @@ class Embedded:
 
     def call(self, method: str, **params: t.Any) -> t.Any:
         """Sends one request and waits for its answer; raises :class:`BackendError`."""
+        try:
+            return self._call(method, **params)
+        finally:
+            _reraise_interrupt()
+
+    def _call(self, method: str, **params: t.Any) -> t.Any:
         with self._mutex:
             if self._handle is None:
                 raise BackendError("host", f"the state-backend host has ended; not sent: {method}")
@@ -223,9 +255,6 @@ class Embedded:
                 self._handle, line, len(line), timeout_ms, ctypes.byref(out), ctypes.byref(size)
             )
             answer = self._take(out, size)
-            if _interrupted.is_set() and threading.current_thread() is threading.main_thread():
-                _interrupted.clear()
-                raise KeyboardInterrupt
             if status != 0:
                 # Freed at once: the host's idle thread is not waited for.
                 handle, self._handle = self._handle, None
@@ -247,7 +276,10 @@ class Embedded:
         with self._mutex:
             handle, self._handle = self._handle, None
             if handle is not None:
-                self._lib.sb_close(handle, int(timeout * 1000))
+                try:
+                    self._lib.sb_close(handle, int(timeout * 1000))
+                finally:
+                    _reraise_interrupt()
 
     def _forget(self) -> None:
         """In a forked child: the handle is the parent's, whose thread the child does not have."""
@@ -274,6 +306,7 @@ def _after_fork() -> None:
     """A forked child has none of the hosts' threads: its handles are dropped, not closed (a
     close would wait for a thread that is not there), and its next call starts a host of its
     own."""
+    _interrupted.clear()
     for instance in list(_instances):
         instance._forget()
 

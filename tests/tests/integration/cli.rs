@@ -876,6 +876,30 @@ fn help_names_every_setting_the_component_accepts() {
 }
 
 #[test]
+fn serve_ends_its_session_when_a_call_traps_its_instance() {
+    // A trapped instance (the evil component's panic here; a deadline or a CPU budget does the
+    // same) can answer nothing more: the session ends, so that the caller starts another.
+    let cli = Cli::new("cli_serve_trap");
+    let evil =
+        integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
+    let evil = evil.to_string_lossy();
+    let requests = concat!(
+        r#"{"id": 1, "method": "get", "params": {"state_id": "panic"}}"#,
+        "\n",
+        r#"{"id": 2, "method": "ping"}"#,
+        "\n",
+    );
+    let out = cli.run_stdin(&["--component", &evil, "serve", "--stdio"], requests);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "the ready line and one answer: {stdout}");
+    assert!(json(lines[0])["ready"].is_object(), "{stdout}");
+    assert_eq!(json(lines[1])["error"]["kind"], "panicked", "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be used again"), "{stderr}");
+}
+
+#[test]
 fn serve_that_cannot_start_says_which_setting_is_wrong_on_its_first_line() {
     let cli = Cli::new("cli_serve_refused");
     let cases: [(&[&str], &str, &str); 4] = [

@@ -222,3 +222,30 @@ fn a_call_that_never_ends_is_given_up_at_its_timeout_and_its_instance_with_it() 
     // SAFETY: a handle from `sb_open`, not used again.
     unsafe { sb_close(host, 0) };
 }
+
+#[test]
+fn a_call_that_traps_gives_up_its_instance_so_that_the_next_opens_another() {
+    // A trapped instance (here the evil component's panic; a deadline or a CPU budget does the
+    // same) cannot be entered again: kept, every later call would fail.
+    let evil =
+        integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
+    let table = TestTable::new("embedded_trap");
+    let config = serde_json::json!({
+        "uri": table.target.uri(),
+        "allow_loopback": true,
+        "component": evil,
+    })
+    .to_string();
+    let (host, first) = open(&config);
+    assert!(!host.is_null(), "{first}");
+    let (status, answer) = call(
+        host,
+        r#"{"id": 1, "method": "get", "params": {"state_id": "panic"}}"#,
+    );
+    assert_eq!(status, GONE, "{answer}");
+    assert!(answer.contains("panicked on purpose"), "{answer}");
+    let (status, answer) = call(host, r#"{"id": 2, "method": "ping"}"#);
+    assert_eq!((status, answer.as_str()), (GONE, "the host has ended"));
+    // SAFETY: a handle from `sb_open`, not used again.
+    unsafe { sb_close(host, 0) };
+}
