@@ -178,14 +178,12 @@ fn a_kept_lock_is_given_back_between_calls_on_the_instances_own_timer() {
     }
 }
 
-#[test]
-fn a_call_that_never_ends_is_given_up_at_its_timeout_and_its_instance_with_it() {
-    // The call runs on the caller's thread: only the guest's yields (at each tick of the
-    // engine's epoch, which must outlive the runtime that opened the instance) let its timeout
-    // fire. The evil component's `get("loop")` spins without end.
+/// An open instance of the hostile component (`tests/guests/evil`): `get(id)` runs the attack
+/// `id` names.
+fn open_evil(label: &str) -> *mut Host {
     let evil =
         integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
-    let table = TestTable::new("embedded_evil");
+    let table = TestTable::new(label);
     let config = serde_json::json!({
         "uri": table.target.uri(),
         "allow_loopback": true,
@@ -194,6 +192,15 @@ fn a_call_that_never_ends_is_given_up_at_its_timeout_and_its_instance_with_it() 
     .to_string();
     let (host, first) = open(&config);
     assert!(!host.is_null(), "{first}");
+    host
+}
+
+#[test]
+fn a_call_that_never_ends_is_given_up_at_its_timeout_and_its_instance_with_it() {
+    // The call runs on the caller's thread: only the guest's yields (at each tick of the
+    // engine's epoch, which must outlive the runtime that opened the instance) let its timeout
+    // fire. The evil component's `get("loop")` spins without end.
+    let host = open_evil("embedded_evil");
     let handle = host as usize;
     let (answered, answers) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -227,17 +234,7 @@ fn a_call_that_never_ends_is_given_up_at_its_timeout_and_its_instance_with_it() 
 fn a_call_that_traps_gives_up_its_instance_so_that_the_next_opens_another() {
     // A trapped instance (here the evil component's panic; a deadline or a CPU budget does the
     // same) cannot be entered again: kept, every later call would fail.
-    let evil =
-        integration_tests::state_host::default_component_path().with_file_name("evil_guest.wasm");
-    let table = TestTable::new("embedded_trap");
-    let config = serde_json::json!({
-        "uri": table.target.uri(),
-        "allow_loopback": true,
-        "component": evil,
-    })
-    .to_string();
-    let (host, first) = open(&config);
-    assert!(!host.is_null(), "{first}");
+    let host = open_evil("embedded_trap");
     let (status, answer) = call(
         host,
         r#"{"id": 1, "method": "get", "params": {"state_id": "panic"}}"#,
