@@ -107,6 +107,13 @@ def parse_args() -> argparse.Namespace:
         help="exit 2 when a call's floor (p50) is more than this many times the original's",
     )
     parser.add_argument(
+        "--within",
+        type=Path,
+        help="with --fail-above: a JSON file of the calls already within the bound in an earlier "
+        "run of the same check, read and then written with this run's; a call found within it "
+        "once is not out of bounds (a slow run does not undo a fast one: noise only adds time)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=ROOT / "tests" / "benches" / "results" / "report.md",
@@ -368,7 +375,12 @@ def main() -> int:
     for measure in MEASURES:
         for line in out_of_bounds(times, GOAL, measure):
             print(f"goal not met: {line}", file=sys.stderr)
-    over = out_of_bounds(times, args.fail_above) if args.fail_above else []
+    over = (
+        out_of_bounds(times, args.fail_above, skip=within_before(args)) if args.fail_above else []
+    )
+    if args.fail_above and args.within:
+        within = within_before(args) | (set(CALLS) - set(calls_above(times, args.fail_above)))
+        args.within.write_text(json.dumps(sorted(within)))
     for line in over:
         print(f"out of bounds: {line}", file=sys.stderr)
     if tripped:
@@ -398,13 +410,23 @@ def calls_above(times: dict, bound: float, measure: str = "instant") -> list[str
     return [call for call in CALLS if floor_ratio(times, call, measure=measure) > bound]
 
 
-def out_of_bounds(times: dict, bound: float, measure: str = "instant") -> list[str]:
-    """A line for each of ``calls_above(times, bound, measure)``."""
+def out_of_bounds(
+    times: dict, bound: float, measure: str = "instant", skip: frozenset = frozenset()
+) -> list[str]:
+    """A line for each of ``calls_above(times, bound, measure)`` but those in ``skip``."""
     return [
         f"{call}: the {MEASURES[measure]} is "
         f"{floor_ratio(times, call, measure=measure):.2f}x the original's (at most {bound}x)"
         for call in calls_above(times, bound, measure)
+        if call not in skip
     ]
+
+
+def within_before(args: argparse.Namespace) -> frozenset:
+    """The calls that earlier runs of this check found within its bound (``--within``)."""
+    if args.within is None or not args.within.exists():
+        return frozenset()
+    return frozenset(json.loads(args.within.read_text()))
 
 
 def write_section(path: Path, name: str, body: str) -> None:
