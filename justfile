@@ -422,6 +422,11 @@ baseline-component: setup
 bench-ab: guest clickhouse-start
     BENCH_AB_BASELINE="$({{just_executable()}} baseline-component)"         cargo bench --profile dev --workspace --bench ab
 
+# What a run's hold costs per STATE message: a run's updates against a library caller's (the
+# grant kept for the linger), taking turns on one host; prints both medians and their ratio
+bench-run-lock: clickhouse-start python-package
+    {{python}} python/bench/run_lock_cost.py 500
+
 # One update through Meltano and the bridge vs the host library directly, and the update
 # stream against the original. Section 8 of the report
 bench-meltano: guest clickhouse-start python-package

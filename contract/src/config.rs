@@ -105,6 +105,8 @@ pub struct Config {
     /// How long an `update` keeps its lock for the next one (fenced mode; 0: released at once).
     pub lock_linger_ms: u64,
     pub lock_settle_ms: u64,
+    /// A run holds its state id from its first read until it ends (`hold-run`; fenced mode).
+    pub run_lock: bool,
     /// At most this many retries of a request, if set; the budget bounds them anyway.
     pub retries: Option<u32>,
     pub retry_backoff_ms: u64,
@@ -240,6 +242,7 @@ struct UriParts {
     lock_lease_ms: Option<u64>,
     lock_linger_ms: Option<u64>,
     lock_settle_ms: Option<u64>,
+    run_lock: Option<bool>,
     retries: Option<u32>,
     retry_backoff_ms: Option<u64>,
     retry_budget_ms: Option<u64>,
@@ -320,6 +323,7 @@ impl UriParts {
             "lock_settle_seconds" => {
                 self.lock_settle_ms = Some(parse_seconds(name, value, true)?);
             }
+            "run_lock" => self.run_lock = Some(parse_bool(name, value)?),
             "retries" => {
                 self.retries = Some(parse_count(name, value, 1000, "", "")?);
             }
@@ -429,6 +433,7 @@ impl UriParts {
             lock_retry_ms: self.lock_retry_ms.unwrap_or(DEFAULT_LOCK_RETRY_MS),
             lock_mode: self.lock_mode.unwrap_or(LockMode::Fenced),
             lock_lease_ms: self.lock_lease_ms.unwrap_or(DEFAULT_LOCK_LEASE_MS),
+            run_lock: self.run_lock.unwrap_or(true),
             lock_linger_ms: self.lock_linger_ms.unwrap_or(0),
             lock_settle_ms: self.lock_settle_ms.unwrap_or(DEFAULT_LOCK_SETTLE_MS),
             retries: self.retries,

@@ -186,6 +186,17 @@ pub const SETTINGS: &[Setting] = &[
     // trip each: Meltano's stream of STATE messages), and gives it back when idle.
     .when_served("5"),
     setting(
+        "run_lock",
+        None,
+        Some("true"),
+        "true",
+        "fenced mode: a run of a pipeline (`meltano run`, `el`, `elt`) holds its state id from \
+         its first read until it ends, so that a second run of it is refused at its start; \
+         renewed while the run lives, given back at its end, lapsed after \
+         `lock_timeout_seconds` if it dies; no statement per STATE message",
+        "false",
+    ),
+    setting(
         "lock_settle_seconds",
         None,
         Some("1"),

@@ -238,6 +238,10 @@ impl GuestStore for StoreResource {
             .map_err(to_wit)
     }
 
+    fn hold_run(&self, state_id: String, force: bool) -> Result<(), wit::Error> {
+        self.inner.hold_run(&state_id, force).map_err(to_wit)
+    }
+
     fn lock_info(&self, state_id: String) -> Result<Option<wit::LockInfo>, wit::Error> {
         self.inner
             .lock_info(&state_id)

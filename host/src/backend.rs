@@ -313,6 +313,12 @@ impl Backend {
         }
     }
 
+    /// Holds `state_id` for this caller's run until `close`; `locked` at once, naming the
+    /// holder's process, while another run holds it, unless `force`.
+    pub async fn hold_run(&mut self, state_id: &str, force: bool) -> Result<()> {
+        call!(self.call_hold_run(state_id, force))
+    }
+
     /// Breaks the lock of `state_id`; returns whether one was held.
     pub async fn force_unlock(&mut self, state_id: &str) -> Result<bool> {
         call!(self.call_force_unlock(state_id))

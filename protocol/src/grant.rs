@@ -57,6 +57,10 @@ pub struct Memory {
     pub last_written: Option<StoredRow>,
     /// Until then the id is shared with another instance (see [`Memory::shared`]).
     pub shared_until_ms: u64,
+    /// A run holds the id through `kept` until it ends (see `lock::run` in the guest): the
+    /// grant is kept after every update, renewed while idle, never given to a waiter, and a
+    /// grant lost to another instance fails the update instead of being taken anew.
+    pub run_hold: bool,
 }
 
 impl Memory {

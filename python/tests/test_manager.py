@@ -308,11 +308,12 @@ def test_every_meltano_setting_of_ours_is_tested_or_cannot_be_wrong():
         if s.name.startswith("state_backend.clickhouse.")
     }
     # password: any text is a password; allow_loopback, refuse_private, ignore_proxy_env:
-    # booleans Meltano casts (each has a test of its own), and history, a boolean too; the
-    # client pair: the next test.
+    # booleans Meltano casts (each has a test of its own), and history and run_lock, booleans
+    # too; the client pair: the next test.
     assert ours - set(BAD_VALUES) == {
         "password",
         "history",
+        "run_lock",
         "allow_loopback",
         "refuse_private",
         "ignore_proxy_env",

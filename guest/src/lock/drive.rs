@@ -75,15 +75,16 @@ pub fn update<T: Transport, H: Platform>(
     result
 }
 
-/// Renews `lock` to `until_ms` (see [`Renewal`]); `lock-lost` when the log says it is not held.
+/// Renews `lock`, a grant of `lease_ms`, to `until_ms` (see [`Renewal`]); `lock-lost` when the
+/// log says it is not held.
 pub fn renew<T: Transport, H: Platform>(
     session: &Session<T, H>,
     lock: &mut LockHandle,
     until_ms: u64,
+    lease_ms: u64,
 ) -> Result<()> {
     let now = session.host.now_ms();
-    let (mut renewal, mut next) =
-        Renewal::start(lock.clone(), until_ms, now, session.config.lock_lease_ms);
+    let (mut renewal, mut next) = Renewal::start(lock.clone(), until_ms, now, lease_ms);
     loop {
         match next {
             Renewing::Send(statement) => {

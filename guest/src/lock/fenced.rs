@@ -73,22 +73,25 @@ pub(crate) fn say_wanted<T: Transport, H: Platform>(
     }
 }
 
+/// One try for the lock of `state_id`, a grant lasting `lease_ms` (the lock's lease for
+/// `acquire`, an update's for a run's hold).
 pub(crate) fn attempt<T: Transport, H: Platform>(
     session: &Session<T, H>,
     locks: &Locks,
     state_id: &str,
+    lease_ms: u64,
 ) -> Result<Attempt> {
     // A claim of ours whose read-back failed may have won: the log says whether it did.
     let doubt = locks.with(state_id, |m| m.doubt.take());
     if let Some(doubt) = doubt {
-        return resolve_doubt(session, locks, state_id, doubt);
+        return resolve_doubt(session, locks, state_id, doubt, lease_ms);
     }
     // Fast path: this instance released the newest generation itself (Meltano's pattern: one
     // process, one state id, an update per STATE message), so claim the next one without
     // reading first. If anyone else got there, the claim loses and the full path runs.
     let last = locks.with(state_id, |m| m.released.take());
     if let Some(last) = last
-        && let granted @ Attempt::Granted(..) = claim(session, locks, state_id, &last)?
+        && let granted @ Attempt::Granted(..) = claim(session, locks, state_id, &last, lease_ms)?
     {
         return Ok(granted);
     }
@@ -97,7 +100,7 @@ pub(crate) fn attempt<T: Transport, H: Platform>(
     if !current.is_free(now) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
-    claim(session, locks, state_id, &current)
+    claim(session, locks, state_id, &current, lease_ms)
 }
 
 /// Claims the generation after `current` (which must be free) and reads back who got it.
@@ -106,8 +109,9 @@ fn claim<T: Transport, H: Platform>(
     locks: &Locks,
     state_id: &str,
     current: &NewestGeneration,
+    lease_ms: u64,
 ) -> Result<Attempt> {
-    let handle = append_claim(session, state_id, current)?;
+    let handle = append_claim(session, state_id, current, lease_ms)?;
     let (generation, owner, now, lease_until) = (
         handle.token,
         handle.owner.clone(),
@@ -170,15 +174,10 @@ pub(crate) fn append_claim<T: Transport, H: Platform>(
     session: &Session<T, H>,
     state_id: &str,
     current: &NewestGeneration,
+    lease_ms: u64,
 ) -> Result<LockHandle> {
     let now = session.host.now_ms();
-    let handle = claim_handle(
-        state_id,
-        current,
-        now,
-        session.config.lock_lease_ms,
-        session.new_owner(),
-    );
+    let handle = claim_handle(state_id, current, now, lease_ms, session.new_owner());
     append(session, &entry(&handle, Event::Acquire, now))?;
     Ok(handle)
 }
@@ -212,6 +211,7 @@ fn resolve_doubt<T: Transport, H: Platform>(
     locks: &Locks,
     state_id: &str,
     doubt: Doubt,
+    lease_ms: u64,
 ) -> Result<Attempt> {
     let keep = |doubt: Doubt| locks.with(state_id, |m| m.doubt = Some(doubt));
     let current = match newest(session, state_id) {
@@ -249,7 +249,7 @@ fn resolve_doubt<T: Transport, H: Platform>(
     if !current.is_free(session.host.now_ms()) {
         return Ok(Attempt::Held(current.info(state_id)));
     }
-    claim(session, locks, state_id, &current)
+    claim(session, locks, state_id, &current, lease_ms)
 }
 
 /// When a lock is given up with a claim still in doubt: if the claim won, release it, so that

@@ -13,6 +13,7 @@
 
 pub mod drive;
 pub mod fenced;
+pub mod run;
 pub mod settle;
 
 use std::cell::RefCell;
@@ -55,21 +56,42 @@ impl Locks {
         result
     }
 
-    /// Takes the kept grants idle since `before_ms` (all of them with `None`).
+    /// Takes the kept grants idle since `before_ms`, a run's holds apart (all of them, holds
+    /// too, with `None`: the holds end with the host's use of the store).
     pub(crate) fn take_kept(&self, before_ms: Option<u64>) -> Vec<Kept> {
         let ids: Vec<String> = self
             .ids
             .borrow()
             .iter()
             .filter(|(_, m)| {
-                m.kept
-                    .as_ref()
-                    .is_some_and(|k| before_ms.is_none_or(|b| k.last_used_ms <= b))
+                m.kept.as_ref().is_some_and(|k| match before_ms {
+                    None => true,
+                    Some(b) => !m.run_hold && k.last_used_ms <= b,
+                })
             })
             .map(|(id, _)| id.clone())
             .collect();
         ids.iter()
-            .filter_map(|id| self.with(id, |m| m.kept.take()))
+            .filter_map(|id| {
+                self.with(id, |m| {
+                    m.run_hold &= before_ms.is_some();
+                    m.kept.take()
+                })
+            })
+            .collect()
+    }
+
+    /// Takes the run's held grants that `due` says to renew, with their ids.
+    pub(crate) fn holds_due(&self, due: impl Fn(&Kept) -> bool) -> Vec<(String, Kept)> {
+        let ids: Vec<String> = self
+            .ids
+            .borrow()
+            .iter()
+            .filter(|(_, m)| m.run_hold && m.kept.as_ref().is_some_and(&due))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.with(&id, |m| m.kept.take()).map(|k| (id, k)))
             .collect()
     }
 
@@ -80,23 +102,28 @@ impl Locks {
             .borrow()
             .iter()
             .filter(|(_, m)| {
-                m.kept.as_ref().is_some_and(|k| {
-                    k.last_used_ms.max(k.checked_ms).saturating_add(every_ms) <= now_ms
-                        && k.last_used_ms.saturating_add(linger_ms) > now_ms
-                })
+                // a run's hold is never given to a waiter: nothing to look for
+                !m.run_hold
+                    && m.kept.as_ref().is_some_and(|k| {
+                        k.last_used_ms.max(k.checked_ms).saturating_add(every_ms) <= now_ms
+                            && k.last_used_ms.saturating_add(linger_ms) > now_ms
+                    })
             })
             .map(|(id, _)| id.clone())
             .collect()
     }
 
     /// When `idle` is due next: a kept grant's linger ends, or it is time to look whether it
-    /// is wanted.
-    fn next_idle(&self, linger_ms: u64, look_ms: u64) -> Option<u64> {
+    /// is wanted; a run's hold is due for renewal (see [`run::renewal_due`]).
+    fn next_idle(&self, linger_ms: u64, look_ms: u64, lease_ms: u64) -> Option<u64> {
         self.ids
             .borrow()
             .values()
-            .filter_map(|m| m.kept.as_ref())
-            .map(|k| {
+            .filter_map(|m| m.kept.as_ref().map(|k| (k, m.run_hold)))
+            .map(|(k, held)| {
+                if held {
+                    return run::renewal_due(k, lease_ms, look_ms);
+                }
                 let ends = k.last_used_ms.saturating_add(linger_ms);
                 let look = k.last_used_ms.max(k.checked_ms).saturating_add(look_ms);
                 ends.min(look)
@@ -115,7 +142,7 @@ pub fn acquire<T: Transport, H: Platform>(
     let mut wait = Wait::default();
     loop {
         let attempt = match config.lock_mode {
-            LockMode::Fenced => fenced::attempt(session, locks, state_id)?,
+            LockMode::Fenced => fenced::attempt(session, locks, state_id, config.lock_lease_ms)?,
             LockMode::Settle => settle::attempt(session, state_id)?,
         };
         let holder = match attempt {
@@ -203,7 +230,7 @@ pub fn renew<T: Transport, H: Platform>(
                 .host
                 .now_ms()
                 .saturating_add(session.config.lock_lease_ms);
-            drive::renew(session, lock, until)
+            drive::renew(session, lock, until, session.config.lock_lease_ms)
         }
         LockMode::Settle => settle::renew(session, lock),
     }
@@ -249,7 +276,7 @@ pub fn write_version<T: Transport, H: Platform>(
         Proposed::Within(v) => v,
         Proposed::AboveLease(v) => {
             let until = now.saturating_add(session.config.lock_lease_ms).max(v);
-            drive::renew(session, lock, until)?;
+            drive::renew(session, lock, until, session.config.lock_lease_ms)?;
             v
         }
     };
@@ -298,6 +325,9 @@ pub fn idle<T: Transport, H: Platform>(
             });
         }
     }
+    if !all {
+        run::renew_due(session, locks);
+    }
     let mut due = locks.take_kept((!all).then(|| now.saturating_sub(linger)));
     due.extend(wanted);
     let mut first_error = None;
@@ -313,7 +343,7 @@ pub fn idle<T: Transport, H: Platform>(
     if let Some(e) = first_error {
         return Err(e);
     }
-    Ok(locks.next_idle(linger, look))
+    Ok(locks.next_idle(linger, look, Limits::of(&session.config).lease_ms))
 }
 
 /// Releases the kept grant of one id, if any (before the instance takes its lock another way).

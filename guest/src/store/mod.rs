@@ -37,6 +37,16 @@ pub struct Store<T, H> {
     pub(crate) locks: Locks,
 }
 
+/// The newest row of `state_id` over `session`, a tombstone too (both parts `None`).
+pub(crate) fn stored<T: Transport, H: Platform>(
+    session: &Session<T, H>,
+    state_id: &str,
+) -> Result<Option<protocol::rows::StoredTuple>> {
+    Ok(session
+        .fetch_first(&session.sql.get(state_id))?
+        .map(|row| (row.partial_state, row.completed_state, row.updated_at_ms)))
+}
+
 impl State {
     fn row(&self, version_ms: u64) -> StateRow<'_> {
         StateRow {
@@ -78,6 +88,13 @@ impl<T: Transport, H: Platform> Store<T, H> {
         lock::acquire(&self.session, &self.locks, state_id)
     }
 
+    /// Holds `state_id` for this run until `close` (see `lock::run`): refused at once with
+    /// `locked` while another run holds it, unless `force`.
+    pub fn hold_run(&self, state_id: &str, force: bool) -> Result<()> {
+        validate_state_id(state_id)?;
+        lock::run::hold(&self.session, &self.locks, state_id, force)
+    }
+
     /// Releases the grants `update` kept that were idle for `lock_linger_seconds`; returns
     /// when to call again (unix ms), or `None` when nothing is kept.
     pub fn idle(&self) -> Result<Option<u64>> {
@@ -113,10 +130,7 @@ impl<T: Transport, H: Platform> Store<T, H> {
 
     /// The newest row of `state_id`, a tombstone too (both parts `None`).
     pub(crate) fn stored(&self, state_id: &str) -> Result<Option<protocol::rows::StoredTuple>> {
-        Ok(self
-            .session
-            .fetch_first(&self.session.sql.get(state_id))?
-            .map(|row| (row.partial_state, row.completed_state, row.updated_at_ms)))
+        stored(&self.session, state_id)
     }
 
     pub fn set(&self, state: &State) -> Result<()> {

@@ -70,7 +70,7 @@ pub enum Command {
         #[arg(required = true, value_name = "STREAM")]
         streams: Vec<String>,
     },
-    /// Replace the state of an id with a complete state ({"singer_state": ...})
+    /// Replace the state of an id with a complete state ({"singer_state": ...}), under its lock
     Set {
         state_id: String,
         #[command(flatten)]
@@ -231,9 +231,14 @@ pub async fn execute(backend: &mut Backend, command: Command) -> Result<Value, F
         Command::Set { state_id, input } => {
             let document = read_state(&input)?;
             validate_singer_state(&document)?;
-            backend
-                .set(&State::completed(&state_id, document.to_string()))
-                .await?;
+            // Under the id's lock, as Meltano's `state set` takes it: refused, naming the
+            // holder, while a run holds the id.
+            let lock = backend.acquire_lock(&state_id).await?;
+            let state = State::completed(&state_id, document.to_string());
+            let written = backend.set_locked(&state, &lock).await;
+            let released = backend.release(lock).await;
+            written?;
+            crate::versions::warn_unreleased(&state_id, "set", released);
             Ok(json!({"state_id": state_id, "action": "set"}))
         }
         Command::Merge {

@@ -65,7 +65,7 @@ pub async fn diff(
 
 /// A write that landed is reported as done even when giving its lock back failed, so that no
 /// one runs it again: the failure is a warning, and the lock frees itself at its lease's end.
-fn warn_unreleased(state_id: &str, what: &str, released: state_host::Result<()>) {
+pub fn warn_unreleased(state_id: &str, what: &str, released: state_host::Result<()>) {
     if let Err(e) = released {
         eprintln!(
             "warning: the {what} of {state_id:?} was written, but its lock was not given back \

@@ -71,6 +71,11 @@ pub enum Request {
     ForceUnlock {
         state_id: String,
     },
+    HoldRun {
+        state_id: String,
+        #[serde(default)]
+        force: bool,
+    },
     History {
         state_id: String,
         limit: u32,
@@ -302,6 +307,10 @@ impl Request {
                 None => Value::Null,
             },
             Request::ForceUnlock { state_id } => json!(backend.force_unlock(&state_id).await?),
+            Request::HoldRun { state_id, force } => {
+                backend.hold_run(&state_id, force).await?;
+                Value::Null
+            }
             Request::History { state_id, limit } => Value::Array(
                 backend
                     .history(&state_id, limit)

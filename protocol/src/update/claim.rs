@@ -16,7 +16,9 @@ impl Update {
         // after another on one id): claim the next one without reading, with the state it
         // wrote last as the basis. If anyone else got in between, the guard refuses. A shared
         // id is read first (what it released is kept, to see whether anyone came between).
+        // Under a run's hold the log is always read: only the run's own release may be followed.
         if !self.memory.shared(env.now_ms())
+            && !self.memory.run_hold
             && let Some(last) = self.memory.released.take()
         {
             let outlook = Outlook {
@@ -32,15 +34,29 @@ impl Update {
     /// What the log read before a claim says of sharing: while the id is shared, a newest
     /// generation that is not this instance's own last release means the other is still at
     /// it, and the id stays shared for another lease. The basis it remembered is replaced by
-    /// what was read.
-    pub(super) fn read_shared(&mut self, newest: &NewestGeneration, now: u64) {
+    /// what was read. Returns whether the newest generation is this instance's own release.
+    pub(super) fn read_shared(&mut self, newest: &NewestGeneration, now: u64) -> bool {
         self.memory.last_written = None;
+        // A generation forced open is nobody's own: the forcing run may have written since.
         let own = self.memory.released.take().is_some_and(|mine| {
             (mine.generation, &mine.owner) == (newest.generation, &newest.owner)
+                && newest.forced == 0
         });
         if self.memory.shared(now) && !own {
             self.share(now);
         }
+        own
+    }
+
+    /// The run's hold on the id is gone: the update fails rather than take the id anew, since
+    /// another run may have written it meanwhile. The hold stays marked, so that every later
+    /// update of the run fails too, until the run takes it again.
+    pub(super) fn hold_lost(&mut self, why: &str) -> Step {
+        self.finish(Err(Error::LockLost(format!(
+            "this run's hold on {:?} was lost ({why}): forced open by another run, or not \
+             renewed in time and taken since",
+            self.state_id
+        ))))
     }
 
     /// A newest generation that another instance wants (a `want` row, written by a waiter) means
@@ -107,6 +123,10 @@ impl Update {
             ),
         );
         self.share(env.now_ms());
+        if self.memory.run_hold {
+            let why = format!("{} has it (token {})", holder.owner, holder.token);
+            return self.hold_lost(&why);
+        }
         if self.guessed {
             return self.read_outlook(None);
         }

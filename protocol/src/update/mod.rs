@@ -198,11 +198,16 @@ impl Update {
                 }
                 self.prepare(env)
             }
-            (Phase::HandingBack { .. }, Answer::Failed(e)) => {
+            (Phase::HandingBack { kept }, Answer::Failed(e)) => {
                 env.log(
                     Level::Warn,
                     &format!("releasing an expiring lock failed; it ends with its lease: {e}"),
                 );
+                if self.memory.run_hold {
+                    // Not released, but still the run's own newest generation: taken anew
+                    // after its lease if nobody else took it meanwhile.
+                    self.memory.released = Some(fenced::released(&kept.handle));
+                }
                 if self.handed_back >= MAX_HAND_BACKS {
                     return self.finish(Err(self.slower_than_the_lease()));
                 }
@@ -221,6 +226,13 @@ impl Update {
             }
             (Phase::ReadingOutlook { doubt }, Answer::Outlook(outlook)) => {
                 let now = env.now_ms();
+                // A claim in doubt that followed the run's own release, still the newest: the
+                // claim never landed, and nobody came between.
+                let followed_own = doubt.as_ref().is_some_and(|d| {
+                    (d.followed.generation, &d.followed.owner)
+                        == (outlook.newest.generation, &outlook.newest.owner)
+                        && outlook.newest.forced == 0
+                });
                 if let Some(doubt) = doubt
                     && outlook.newest.is_claim_of(&doubt.handle)
                     && now <= doubt.handle.lease_until_ms
@@ -243,7 +255,16 @@ impl Update {
                     self.memory.last_written = None;
                     return self.write(ready, env);
                 }
-                self.read_shared(&outlook.newest, now);
+                let own = self.read_shared(&outlook.newest, now) || followed_own;
+                if self.memory.run_hold && !own {
+                    let why = match outlook.newest.info(&self.state_id) {
+                        holder if outlook.newest.is_free(now) => {
+                            format!("its grant (token {}) ended", holder.token)
+                        }
+                        holder => format!("{} has it (token {})", holder.owner, holder.token),
+                    };
+                    return self.hold_lost(&why);
+                }
                 self.claim_or_wait(outlook, env)
             }
             (Phase::ReadingOutlook { doubt }, Answer::Failed(e)) => {

@@ -1015,3 +1015,195 @@ fn a_held_lock_is_waited_for_until_the_timeout() {
     }
     assert!(rest.iter().any(|&p| p != rest[0]), "jittered: {rest:?}");
 }
+
+fn held_for_run(handle: LockHandle, basis: Option<StoredRow>) -> Memory {
+    Memory {
+        run_hold: true,
+        ..kept(handle, basis)
+    }
+}
+
+fn hold_lost(step: &Step) -> bool {
+    matches!(step, Step::Done(Err(Error::LockLost(why))) if why.contains("this run's hold"))
+}
+
+/// Under a run's hold the grant is kept after the write whatever the linger (none here) and
+/// even when the id is shared: one guarded write per update, nothing released.
+#[test]
+fn a_run_hold_keeps_its_grant_without_a_linger() {
+    let mut env = clock();
+    let handle = grant(5, env.now + 8_000);
+    let mut memory = held_for_run(handle, Some(row(90_000)));
+    memory.shared_until_ms = env.now + 60_000;
+    let limits = Limits {
+        linger_ms: 0,
+        ..LIMITS
+    };
+    let mut update = Update::new("s", "{\"a\":1}", "{}", limits, memory, env.now);
+    write_of(&update.start(&mut env));
+    let step = update.answer(Answer::RowsWritten(Some(1)), &mut env);
+    assert_eq!(step, Step::Done(Ok(())));
+    let memory = update.into_memory();
+    assert!(memory.run_hold);
+    assert_eq!(memory.kept.map(|k| k.handle.token), Some(5));
+}
+
+/// A held grant found taken by another (forced open) fails the update: a run never takes
+/// its id anew after another may have written it.
+#[test]
+fn a_run_hold_found_lost_when_renewed_fails_the_update() {
+    let mut env = clock();
+    let handle = grant(5, env.now + 4_000);
+    let mut update = update_with(held_for_run(handle, None), &env);
+    update.start(&mut env);
+    let step = update.answer(
+        Answer::NewestGeneration(rival(6, env.now + 9_000)),
+        &mut env,
+    );
+    // the renewal's loss sends the update to the log, which names the other
+    let step = match sent(&step) {
+        Statement::ReadOutlook { .. } => update.answer(
+            Answer::Outlook(Outlook {
+                newest: rival(6, env.now + 9_000),
+                stored: None,
+            }),
+            &mut env,
+        ),
+        other => panic!("expected the log to be read, got {other:?}"),
+    };
+    assert!(hold_lost(&step), "{step:?}");
+    // Every later update of the run fails too, even once the other has given the id back.
+    let mut later = update_with(update.into_memory(), &env);
+    let step = later.start(&mut env);
+    assert!(matches!(sent(&step), Statement::ReadOutlook { .. }));
+    let released = NewestGeneration {
+        released: 1,
+        ..rival(6, env.now + 9_000)
+    };
+    let outlook = Outlook {
+        newest: released,
+        stored: None,
+    };
+    let step = later.answer(Answer::Outlook(outlook), &mut env);
+    assert!(hold_lost(&step), "{step:?}");
+}
+
+/// A run's own generation forced open (`unlock`) is not its own any more: given back, it is
+/// not taken anew.
+#[test]
+fn a_run_hold_forced_open_is_not_taken_anew_after_its_hand_back() {
+    let mut env = clock();
+    let own = NewestGeneration {
+        generation: 5,
+        owner: "me".into(),
+        lease_until_ms: env.now + 500,
+        released: 1,
+        forced: 1,
+        ..NewestGeneration::default()
+    };
+    let memory = Memory {
+        run_hold: true,
+        released: Some(own.clone()),
+        ..Memory::default()
+    };
+    let mut update = update_with(memory, &env);
+    update.start(&mut env);
+    let step = update.answer(
+        Answer::Outlook(Outlook {
+            newest: own,
+            stored: None,
+        }),
+        &mut env,
+    );
+    assert!(hold_lost(&step), "{step:?}");
+}
+
+/// A failed write under a hold keeps the grant (nothing released), its basis dropped: the next
+/// update reads what is stored before it writes.
+#[test]
+fn a_run_hold_keeps_its_grant_through_a_failed_write() {
+    let mut env = clock();
+    let handle = grant(5, env.now + 8_000);
+    let mut update = update_with(held_for_run(handle, Some(row(90_000))), &env);
+    write_of(&update.start(&mut env));
+    let failed = Error::Server(crate::error::ServerError {
+        code: 999,
+        name: "SOMETHING".into(),
+        message: "no".into(),
+    });
+    let step = update.answer(Answer::Failed(failed), &mut env);
+    assert!(
+        matches!(step, Step::Done(Err(Error::Server(_)))),
+        "{step:?}"
+    );
+    let memory = update.into_memory();
+    let kept = memory.kept.expect("the grant is kept");
+    assert_eq!((kept.handle.token, kept.basis), (5, None));
+    assert!(memory.released.is_none(), "nothing given back");
+}
+
+/// A held grant that is gone (its renewal failed, or a failed write gave it back) is taken
+/// anew only when the newest generation is the run's own release: nobody came between.
+#[test]
+fn a_run_hold_without_its_grant_is_taken_anew_only_after_its_own_release() {
+    let mut env = clock();
+    let own = NewestGeneration {
+        generation: 5,
+        owner: "me".into(),
+        lease_until_ms: env.now - 1,
+        released: 1,
+        ..NewestGeneration::default()
+    };
+    for (newest, taken) in [
+        (own.clone(), true),
+        (rival(6, env.now + 9_000), false),
+        // a later run came and went: free, but not the run's own release
+        (
+            NewestGeneration {
+                released: 1,
+                ..rival(6, env.now - 1)
+            },
+            false,
+        ),
+    ] {
+        let memory = Memory {
+            run_hold: true,
+            released: Some(own.clone()),
+            ..Memory::default()
+        };
+        let mut update = update_with(memory, &env);
+        let step = update.start(&mut env);
+        assert!(
+            matches!(sent(&step), Statement::ReadOutlook { .. }),
+            "a hold never claims without reading: {step:?}"
+        );
+        let outlook = Outlook {
+            newest: newest.clone(),
+            stored: Some(row(90_000)),
+        };
+        let step = update.answer(Answer::Outlook(outlook), &mut env);
+        if taken {
+            assert_eq!(append_of(&step).event, Event::Acquire, "{newest:?}");
+        } else {
+            assert!(hold_lost(&step), "{newest:?}: {step:?}");
+        }
+    }
+}
+
+/// A refused write under a hold whose grant another now has fails with the hold lost
+/// instead of waiting for the other and writing after it.
+#[test]
+fn a_run_hold_refused_by_another_grant_fails_the_update() {
+    let mut env = clock();
+    let handle = grant(5, env.now + 8_000);
+    let mut update = update_with(held_for_run(handle, Some(row(90_000))), &env);
+    write_of(&update.start(&mut env));
+    let step = update.answer(Answer::RowsWritten(Some(0)), &mut env);
+    assert!(matches!(sent(&step), Statement::ReadOutlook { .. }));
+    let outlook = Outlook {
+        newest: rival(6, env.now + 9_000),
+        stored: Some(row(95_000)),
+    };
+    let step = update.answer(Answer::Outlook(outlook), &mut env);
+    assert!(hold_lost(&step), "{step:?}");
+}

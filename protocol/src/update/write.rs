@@ -175,7 +175,7 @@ impl Update {
     /// release it.
     pub(super) fn succeed(&mut self, ready: Grant, row: StoredRow, env: &mut impl Env) -> Step {
         let now = env.now_ms();
-        if self.limits.linger_ms > 0 && !self.memory.shared(now) {
+        if self.memory.run_hold || (self.limits.linger_ms > 0 && !self.memory.shared(now)) {
             self.memory.kept = Some(Kept {
                 handle: ready.handle,
                 basis: Some(row),
@@ -200,6 +200,19 @@ impl Update {
             self.memory.doubt = Some(Doubt {
                 handle: ready.handle,
                 followed,
+            });
+            return self.finish(Err(error));
+        }
+        // A run keeps its hold through a failed write: the grant stays its own (its guard
+        // refuses a write under it once another holds the id), and what is stored is read
+        // again before the next write, since the failed one may have landed.
+        if self.memory.run_hold {
+            let now = env.now_ms();
+            self.memory.kept = Some(Kept {
+                handle: ready.handle,
+                basis: None,
+                last_used_ms: now,
+                checked_ms: now,
             });
             return self.finish(Err(error));
         }

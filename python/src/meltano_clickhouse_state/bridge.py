@@ -330,6 +330,7 @@ class Bridge:
     def __init__(self, config: HostConfig):
         self.config = config
         self.identified = False  # told who this process is (manager._identified)
+        self.run_holds: set[str] = set()  # the ids a run holds through it (manager)
         self._ids = itertools.count(1)
         self._mutex = threading.Lock()
         self._lines: queue.Queue[t.Any] = queue.Queue()

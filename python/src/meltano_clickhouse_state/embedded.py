@@ -210,6 +210,7 @@ class Embedded:
     def __init__(self, config: HostConfig, library: Path):
         self.config = config
         self.identified = False  # told who this process is (manager._identified)
+        self.run_holds: set[str] = set()  # the ids a run holds through it (manager)
         self._lib = _load(library)
         self._ids = itertools.count(1)
         self._mutex = threading.Lock()

@@ -11,6 +11,7 @@ lock cannot overwrite newer state.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import threading
@@ -64,7 +65,56 @@ def _identified(bridge: _Host) -> _Host:
 
 
 class StateLockedError(StateIDLockedError, BackendError):
-    """The lock of a state id stayed held by another process past the lock timeout."""
+    """The lock of a state id stayed held by another process past the lock timeout, or another
+    run of the pipeline holds it (a run is refused at once)."""
+
+
+#: The state ids a run in this process holds (across hosts: a host that died held them).
+_RUN_HELD: set[str] = set()
+
+
+def _when(ms: t.Any) -> str:
+    try:
+        moment = datetime.datetime.fromtimestamp(int(ms) / 1000, tz=datetime.timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "an unknown time"
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _holder_is_run(lock: dict[str, t.Any] | None) -> bool:
+    who = (lock or {}).get("who") or {}
+    return who.get("command") in run_context.RUN_COMMANDS and bool(who.get("run_id"))
+
+
+def run_lock_message(state_id: str, lock: dict[str, t.Any] | None, caller_is_run: bool) -> str:
+    """Why a run, or a write from outside it, is refused while a run holds ``state_id``: who
+    holds it (command, run id, host, process), since when, and until when if it died."""
+    lock = lock or {}
+    who = lock.get("who") or {}
+    if who:
+        holder = (
+            f"`meltano {who.get('command') or '?'}` (run id {who.get('run_id') or 'none'}) on "
+            f"host {who.get('host') or '?'}, process {who.get('pid') or '?'}"
+        )
+    else:
+        holder = f"{lock.get('owner') or 'another process'} (which did not say who it is)"
+    since, until = _when(lock.get("acquired_at_ms")), _when(lock.get("expires_at_ms"))
+    if caller_is_run:
+        head = f"Another run of the pipeline holds its state {state_id!r}"
+        remedy = (
+            "This run did not start. Run it again once that run has ended, or with --force to "
+            "take the state anyway (that run's later writes are then refused)."
+        )
+    else:
+        head = f"The state {state_id!r} is held by a run of its pipeline"
+        remedy = (
+            "Nothing was written. Write it once that run has ended, or break the hold with "
+            f"`state-backend unlock {state_id}` (that run's later writes are then refused)."
+        )
+    return (
+        f"{head}: {holder}, since {since}. The hold is given back when that run ends, and "
+        f"lapses at {until} if it dies (it is renewed while the run lives). {remedy}"
+    )
 
 
 class StateBackendConfigurationError(MeltanoConfigurationError):
@@ -91,13 +141,29 @@ class StateBackendConfigurationError(MeltanoConfigurationError):
 _EXCEPTIONS = {(kind, reason): raises for kind, reason, _, raises in ERRORS}
 
 
+def _is_mine(lock: dict[str, t.Any] | None, caller: run_context.Caller) -> bool:
+    """Whether the holder named by ``lock`` is this very run (a host of it that died): its run
+    id, host and process."""
+    who = (lock or {}).get("who") or {}
+    return (
+        bool(caller.run_id)
+        and who.get("run_id") == caller.run_id
+        and who.get("pid") == caller.pid
+        and who.get("host") == caller.host
+    )
+
+
 def _error(error: BackendError) -> Exception:
     raises = _EXCEPTIONS.get((error.kind, error.reason), "backend")
     if raises == "configuration":
         setting = meltano_name(error.setting) if error.setting else None
         return StateBackendConfigurationError(f"ClickHouse state backend: {error.message}", setting)
     if raises == "locked":
-        return StateLockedError(error.kind, error.message, error.lock)
+        message = error.message
+        if _holder_is_run(error.lock):
+            state_id = (error.lock or {}).get("state_id", "")
+            message = run_lock_message(state_id, error.lock, caller_is_run=False)
+        return StateLockedError(error.kind, message, error.lock)
     if error.reason == "address-refused":
         # The sandbox refused a special address; a ClickHouse on this machine is loopback.
         return BackendError(
@@ -183,6 +249,8 @@ class ClickHouseStateStoreManager(StateStoreManager):
             raise _error(e) from None
         # Lock numbers in the host, by state id, for the locks this manager holds.
         self._held: dict[str, int] = {}
+        # Who calls (Meltano's command, run id, --force), read once, at the first read or write.
+        self._caller: run_context.Caller | None = None
 
     @property
     def label(self) -> str:
@@ -198,6 +266,45 @@ class ClickHouseStateStoreManager(StateStoreManager):
             return self._bridge.call(method, **params)
         except BackendError as e:
             raise _error(e) from None
+
+    def _hold_for_run(self, state_id: str) -> None:
+        """A run (``meltano run``, ``el``, ``elt``) holds ``state_id`` from its first read or
+        write until its process ends: the host takes the hold once, and refuses at once while
+        another run holds it. The host renews it and gives it back at the end; nothing here
+        runs between calls."""
+        caller = self._caller or run_context.current()
+        if not caller.is_run:
+            return  # asked again at the next call: a run binds its run id first thing
+        self._caller = caller
+        if not self._bridge.alive and not self._held:
+            self._bridge = _identified(Bridge.shared(self.config))
+        bridge = self._bridge
+        if state_id in bridge.run_holds:
+            return
+        try:
+            if state_id in _RUN_HELD:
+                # This run held it through a host that died: taken back from that host only.
+                # A hold that lapsed or was forced meanwhile may have let another run in.
+                holder = bridge.call("lock_info", state_id=state_id)
+                if not _is_mine(holder, caller):
+                    raise BackendError(
+                        "lock-lost",
+                        f"this run's hold on {state_id!r} was lost when its state-backend host "
+                        "died: another run may have written the state since",
+                    )
+                logger.warning(
+                    "taking back the hold of %r from this run's host that died", state_id
+                )
+                bridge.call("hold_run", state_id=state_id, force=True)
+            else:
+                bridge.call("hold_run", state_id=state_id, force=caller.force)
+        except BackendError as e:
+            if e.kind == "locked":
+                message = run_lock_message(state_id, e.lock, caller_is_run=True)
+                raise StateLockedError(e.kind, message, e.lock) from None
+            raise _error(e) from None
+        bridge.run_holds.add(state_id)
+        _RUN_HELD.add(state_id)
 
     @staticmethod
     def _state_params(state: MeltanoState) -> dict[str, str]:
@@ -226,6 +333,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
         try to take it again); a complete state that also carries a partial one takes Meltano's
         path.
         """
+        self._hold_for_run(state.state_id)
         if state.state_id in self._held:
             # Under this manager's own lock: Meltano's merge, written under that lock.
             to_write = state
@@ -249,6 +357,7 @@ class ClickHouseStateStoreManager(StateStoreManager):
             self._call("set_locked", lock=lock, **self._state_params(state))
 
     def get(self, state_id: str) -> MeltanoState | None:
+        self._hold_for_run(state_id)
         value = self._call("get", state_id=state_id)
         return None if value is None else self._state(value)
 

@@ -12,6 +12,7 @@ nothing. A `meltano state` command's `--force` means "do not prompt", not "take 
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import typing as t
@@ -39,6 +40,7 @@ class Caller:
         return self.command in RUN_COMMANDS and self.run_id is not None
 
 
+@functools.cache
 def _meltano_version() -> str | None:
     try:
         return metadata.version("meltano")

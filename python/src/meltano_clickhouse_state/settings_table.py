@@ -94,6 +94,13 @@ SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
         "Fenced mode: an `update` keeps its lock for the next `update` of the id (one round trip), and gives it back once idle this long, or as soon as another process waits for it; not for a lease after it met another writer of the id (default 0 (5 when served, as for Meltano))",
     ),
     (
+        "run_lock",
+        "component",
+        "state_backend.clickhouse.run_lock",
+        "boolean",
+        "Fenced mode: a run of a pipeline (`meltano run`, `el`, `elt`) holds its state id from its first read until it ends, so that a second run of it is refused at its start; renewed while the run lives, given back at its end, lapsed after `lock_timeout_seconds` if it dies; no statement per STATE message (default true)",
+    ),
+    (
         "lock_settle_seconds",
         "component",
         "state_backend.clickhouse.lock_settle_seconds",

@@ -47,6 +47,7 @@ mod linger;
 mod lock;
 mod operations;
 mod restart;
+mod run_hold;
 mod sandbox;
 mod secrets;
 mod settle;

@@ -99,6 +99,9 @@ impl GuestStore for EvilStore {
     ) -> Result<wit::State, wit::Error> {
         Err(wit::Error::InvalidInput(String::new()))
     }
+    fn hold_run(&self, _: String, _: bool) -> Result<(), wit::Error> {
+        Ok(())
+    }
     fn force_unlock(&self, _: String) -> Result<bool, wit::Error> {
         Ok(false)
     }
