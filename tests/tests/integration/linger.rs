@@ -4,7 +4,7 @@
 //! Round trips are counted by the host's interceptor, one per HTTP request.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use integration_tests::state_host::clock::{Clock, VirtualClock};
@@ -14,22 +14,7 @@ use integration_tests::state_host::{
 };
 use integration_tests::{TestTable, json, runtime};
 
-/// Counts the requests an instance sends.
-#[derive(Default)]
-struct Requests(AtomicUsize);
-
-impl Interceptor for Requests {
-    fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Duration> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        None
-    }
-}
-
-impl Requests {
-    fn take(&self) -> usize {
-        self.0.swap(0, Ordering::SeqCst)
-    }
-}
+use crate::common::Requests;
 
 async fn counted(table: &TestTable, extra: &[(&str, &str)]) -> (Backend, Arc<Requests>) {
     let requests = Arc::new(Requests::default());

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use integration_tests::state_host::clock::{Clock, VirtualClock};
 use integration_tests::state_host::http::hook::Interceptor;
@@ -19,22 +18,7 @@ use tokio::task::JoinHandle;
 
 const ID: &str = "pipeline";
 
-/// Counts the requests an instance sends.
-#[derive(Default)]
-struct Requests(AtomicUsize);
-
-impl Interceptor for Requests {
-    fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Duration> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        None
-    }
-}
-
-impl Requests {
-    fn take(&self) -> usize {
-        self.0.swap(0, Ordering::SeqCst)
-    }
-}
+use crate::common::Requests;
 
 struct World {
     runtime: Runtime,

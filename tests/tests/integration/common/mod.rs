@@ -50,3 +50,21 @@ pub const ORIGIN: clickhouse_state::sql::Origin<'static> = clickhouse_state::sql
     lock_owner: "",
     token: 0,
 };
+
+/// Counts the requests an instance sends (its host's interceptor).
+#[derive(Default)]
+pub struct Requests(std::sync::atomic::AtomicUsize);
+
+impl integration_tests::state_host::http::hook::Interceptor for Requests {
+    fn before_send(&self, _method: &http::Method, _uri: &http::Uri) -> Option<std::time::Duration> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        None
+    }
+}
+
+impl Requests {
+    /// The requests sent since the last call.
+    pub fn take(&self) -> usize {
+        self.0.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+}
