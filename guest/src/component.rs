@@ -261,6 +261,29 @@ impl GuestStore for StoreResource {
         Ok(self.inner.schema())
     }
 
+    fn diagnose(&self) -> wit::Diagnosis {
+        use crate::doctor::Outcome;
+        let found = self.inner.diagnose();
+        wit::Diagnosis {
+            checks: found
+                .checks
+                .into_iter()
+                .map(|c| wit::Check {
+                    name: c.name.to_string(),
+                    outcome: match c.outcome {
+                        Outcome::Pass => wit::Outcome::Pass,
+                        Outcome::Warn => wit::Outcome::Warn,
+                        Outcome::Fail => wit::Outcome::Fail,
+                        Outcome::Skipped => wit::Outcome::Skipped,
+                    },
+                    detail: c.detail,
+                    fix: c.fix,
+                })
+                .collect(),
+            unreleased: found.unreleased.into_iter().map(info_to_wit).collect(),
+        }
+    }
+
     fn idle(&self) -> Result<Option<u64>, wit::Error> {
         self.inner.idle().map_err(to_wit)
     }

@@ -11,6 +11,7 @@
 
 pub use clickhouse_state_contract::{config, error, merge, settings, uri};
 
+pub mod doctor;
 pub mod glob;
 pub mod history;
 pub mod http;

@@ -126,7 +126,7 @@ fn as_optional_text(value: &Value) -> Option<Option<String>> {
     }
 }
 
-fn lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(crate) fn lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
     body.split(|b| *b == b'\n')
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
 }

@@ -207,6 +207,13 @@ impl<T: Transport, H: Platform> Session<T, H> {
         }
     }
 
+    /// Sends `query` once, without the deployment check or creating the schema: a diagnosis
+    /// reports what it finds, and changes nothing.
+    pub fn read_once(&self, query: &Query) -> Result<Vec<u8>> {
+        self.retrying_until(self.host.now_ms(), || self.run_checked(query))
+            .map(|answer| answer.body)
+    }
+
     fn run_checked(&self, query: &Query) -> Result<Answer> {
         self.run_counted(query).map(|(answer, _)| answer)
     }

@@ -319,6 +319,45 @@ impl Backend {
         call!(self.call_hold_run(state_id, force))
     }
 
+    /// The store's checks for an operator (the contract's `diagnose`), with the processes of
+    /// the unreleased grants' holders.
+    pub async fn diagnose(&mut self) -> Result<crate::doctor::check::Diagnosis> {
+        use crate::doctor::check::{Check, Diagnosis, Outcome};
+        self.begin_call();
+        let guest = self.bindings.meltano_state_backend_backend().store();
+        let found = guest.call_diagnose(&mut self.sandbox, self.handle).await;
+        let found = end_call(&mut self.sandbox, found)?;
+        let checks = found
+            .checks
+            .into_iter()
+            .map(|c| {
+                let outcome = match c.outcome {
+                    wit::Outcome::Pass => Outcome::Pass,
+                    wit::Outcome::Warn => Outcome::Warn,
+                    wit::Outcome::Fail => Outcome::Fail,
+                    wit::Outcome::Skipped => Outcome::Skipped,
+                };
+                Check::new(&c.name, outcome, c.detail, &c.fix)
+            })
+            .collect();
+        let mut unreleased: Vec<LockInfo> =
+            found.unreleased.into_iter().map(info_from_wit).collect();
+        let mut ids: Vec<String> = unreleased
+            .iter()
+            .filter_map(|i| i.instance().map(str::to_string))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let who = self.who_of(&ids).await;
+        for info in &mut unreleased {
+            info.who = info
+                .instance()
+                .and_then(|i| who.get(i).cloned())
+                .map(Box::new);
+        }
+        Ok(Diagnosis { checks, unreleased })
+    }
+
     /// Breaks the lock of `state_id`; returns whether one was held.
     pub async fn force_unlock(&mut self, state_id: &str) -> Result<bool> {
         call!(self.call_force_unlock(state_id))

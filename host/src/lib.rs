@@ -16,6 +16,7 @@ mod backend;
 mod bindings;
 pub mod cache;
 pub mod clock;
+pub mod doctor;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 mod engine;

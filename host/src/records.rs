@@ -86,6 +86,11 @@ impl From<wit::HistoryEntry> for HistoryEntry {
     }
 }
 
+/// This machine's name, as `identify` records it.
+pub fn this_host() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
 /// This process as a writer (see the contract's `identify`): `command`, and Meltano's run id
 /// and version where there are ones, with this machine's name, this process's id and this
 /// backend's version.
@@ -93,7 +98,7 @@ pub fn this_process(command: &str, run_id: &str, meltano_version: &str) -> Write
     WriterInfo {
         run_id: run_id.to_string(),
         command: command.to_string(),
-        host: gethostname::gethostname().to_string_lossy().into_owned(),
+        host: this_host(),
         pid: std::process::id(),
         meltano_version: meltano_version.to_string(),
         backend_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -169,6 +169,11 @@ impl Runtime {
         })
     }
 
+    /// Now, by the clock every instance of this runtime sees.
+    pub fn now_ms(&self) -> u64 {
+        self.options.clock.now_ms()
+    }
+
     /// How the component was obtained: from the compile cache, compiled (and stored), or
     /// precompiled.
     pub fn loaded(&self) -> &cache::Outcome {

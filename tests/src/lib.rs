@@ -503,6 +503,14 @@ impl LocalServer {
         }
     }
 
+    /// Stops it and starts it again on the same port and data with other arguments (a profile
+    /// that a user's later sessions get, say).
+    pub fn restart_with(&mut self, extra_args: &[&str]) {
+        self.stop();
+        self.extra_args = extra_args.iter().map(|a| a.to_string()).collect();
+        self.resume();
+    }
+
     /// Kills it (SIGKILL: no shutdown, connections reset), keeping its data.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -124,7 +124,7 @@ impl Statements {
 }
 
 /// The folded columns of the newest generation (`log_state`, `log_outlook`).
-const NEWEST_FOLD: &str = "argMinIf(owner, at_ms, event = 'acquire') AS holder, \
+pub(super) const NEWEST_FOLD: &str = "argMinIf(owner, at_ms, event = 'acquire') AS holder, \
      minIf(at_ms, event = 'acquire') AS acquired_at, \
      maxIf(until_ms, event IN ('acquire', 'renew')) AS lease_until, \
      maxIf(floor_ms, event = 'acquire') AS grant_floor, \

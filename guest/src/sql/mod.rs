@@ -7,6 +7,7 @@
 //! One module per concern: `query` (a statement as sent, and escaping), `schema`,
 //! `state`, `history`, `guard` (the fenced write's condition), `lock_log` and `settle`.
 
+mod doctor;
 mod guard;
 mod history;
 mod lock_log;

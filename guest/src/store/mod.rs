@@ -66,6 +66,11 @@ impl<T: Transport, H: Platform> Store<T, H> {
         })
     }
 
+    /// Checks the store once for an operator, writing nothing (see [`crate::doctor`]).
+    pub fn diagnose(&self) -> crate::doctor::Diagnosis {
+        crate::doctor::diagnose(&self.session)
+    }
+
     /// Creates what is missing of the schema, then checks the deployment (see [`Session::migrate`]).
     pub fn migrate(&self) -> Result<()> {
         self.session.migrate()

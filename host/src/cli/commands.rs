@@ -134,6 +134,19 @@ pub enum Command {
         #[arg(long, required = true)]
         stdio: bool,
     },
+    /// Check the whole path to the store once and print a table (or JSON): the network as the
+    /// sandbox takes it (proxy, DNS, the address under the policy, TCP, TLS and the
+    /// certificate's days), the server (authentication, version, deployment), the clocks
+    /// against the lease's margin, the tables, the grants, the lock log and stuck locks. Writes
+    /// nothing unless --fix. Exits 0 when no check fails, 1 otherwise
+    Doctor {
+        /// Print JSON: [{"name", "outcome", "detail", "fix"}]
+        #[arg(long)]
+        json: bool,
+        /// Fix what is safe to fix first: create or upgrade the schema (`migrate`)
+        #[arg(long)]
+        fix: bool,
+    },
     /// List every setting and host option as JSON: name, variable, default, meaning
     Settings,
     /// List the methods `serve` answers, as JSON
@@ -357,6 +370,7 @@ pub async fn execute(backend: &mut Backend, command: Command) -> Result<Value, F
         }
         Command::Compile { .. }
         | Command::Serve { .. }
+        | Command::Doctor { .. }
         | Command::Settings
         | Command::Methods
         | Command::Errors => Err(Failure::Usage(

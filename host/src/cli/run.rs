@@ -95,6 +95,21 @@ pub async fn run(cli: Cli) -> Result<Value, Failure> {
             .await?;
         return commands::print_migration(&config, backend).await;
     }
+    if let Command::Doctor { json, fix } = cli.command {
+        let runtime = Runtime::load(&component, options.clone())?;
+        let checks = state_host::doctor::run(&runtime, &options, &cli.uri, all_settings, fix).await;
+        let passed = state_host::doctor::passed(&checks);
+        if json {
+            println!("{}", json!(checks));
+        } else {
+            print!("{}", state_host::doctor::table(&checks));
+        }
+        return if passed {
+            Ok(Value::Null)
+        } else {
+            Err(Failure::Reported(1))
+        };
+    }
     if let Command::Serve { .. } = cli.command {
         let backend =
             match state_host::serve::start(&cli.uri, all_settings, &component, options).await {

@@ -6,7 +6,7 @@ import { workerData } from "node:worker_threads";
 
 /** The version of meltano:state-backend this glue is written for (build.js holds a component to
  * it, and the tests hold it to wit/state-backend.wit). */
-export const CONTRACT_VERSION = "0.8.0";
+export const CONTRACT_VERSION = "0.9.0";
 
 const LEVELS = ["debug", "info", "warn", "error"];
 const shown = LEVELS.indexOf(workerData?.logLevel ?? "warn");

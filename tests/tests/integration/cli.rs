@@ -1129,9 +1129,10 @@ fn the_methods_are_the_contracts_operations_and_the_adapter_calls_only_them() {
     let wit = std::fs::read_to_string(root.join("wit/state-backend.wit")).unwrap();
     // `serve` opens its store itself and calls `idle` and `close` itself; a lock's accessors
     // are answered by `acquire_lock` (its token) and `lock_info` (the rest). `schema` is the
-    // CLI's `migrate --print`: an operator's, printed, never the adapter's.
+    // CLI's `migrate --print`, and `diagnose` its `doctor`: an operator's, printed, never the
+    // adapter's.
     let host_managed = [
-        "open", "idle", "close", "state_id", "token", "info", "schema",
+        "open", "idle", "close", "state_id", "token", "info", "schema", "diagnose",
     ];
     let mut expected: Vec<String> = wit_functions(&wit, "store")
         .into_iter()
@@ -1378,4 +1379,55 @@ fn a_bad_proxy_variable_is_named_without_its_value() {
         "{text}"
     );
     assert!(!text.contains("proxy-pw-0000"), "{text}");
+}
+
+#[test]
+fn doctor_prints_a_line_per_check_and_exits_1_on_a_failure_0_once_fixed() {
+    let cli = Cli::new("cli_doctor");
+    let missing = cli.run(&["doctor"]);
+    let table = printed(&missing);
+    assert_eq!(missing.status.code(), Some(1), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains(" tables ")),
+        "{table}"
+    );
+    let fixed = cli.run(&["doctor", "--fix", "--json"]);
+    assert_eq!(fixed.status.code(), Some(0), "{}", printed(&fixed));
+    let checks = json(&String::from_utf8_lossy(&fixed.stdout));
+    let names: Vec<&str> = checks
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for name in [
+        "tcp",
+        "authentication",
+        "clock",
+        "tables",
+        "grants",
+        "locks",
+    ] {
+        assert!(names.contains(&name), "{names:?}");
+    }
+
+    // As the wheel's `state-backend` runs beside Meltano: from Meltano's variables alone.
+    let meltano = |name: &str| integration_tests::state_host::settings::meltano_variable(name);
+    let mut command = Command::new(state_backend_binary());
+    for var in PROXY_VARIABLES {
+        command.env_remove(var);
+    }
+    let from_meltano = command
+        .env("MELTANO_STATE_BACKEND_URI", cli.table.target.uri())
+        .env(meltano("allow_loopback"), "true")
+        .env(meltano("schema"), SCHEMA)
+        .env(meltano("table"), &cli.table.name)
+        .arg("doctor")
+        .output()
+        .expect("runs");
+    let table = printed(&from_meltano);
+    assert_eq!(from_meltano.status.code(), Some(0), "{table}");
+    assert!(table.contains(&cli.table.name), "{table}");
 }

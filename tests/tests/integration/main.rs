@@ -35,6 +35,7 @@ mod conformance;
 mod deployment;
 mod docs;
 mod docs_figures;
+mod doctor;
 mod embedded;
 mod escaping;
 mod evil;

@@ -111,6 +111,12 @@ impl GuestStore for EvilStore {
     fn schema(&self) -> Result<Vec<String>, wit::Error> {
         Ok(Vec::new())
     }
+    fn diagnose(&self) -> wit::Diagnosis {
+        wit::Diagnosis {
+            checks: Vec::new(),
+            unreleased: Vec::new(),
+        }
+    }
     fn idle(&self) -> Result<Option<u64>, wit::Error> {
         Ok(None)
     }
