@@ -261,3 +261,38 @@ async fn a_lock_held_by_a_process_of_this_host_that_is_gone_is_listed_as_stuck()
         "{checks:#?}"
     );
 }
+
+#[tokio::test]
+async fn over_tls_the_certificate_is_checked_with_the_hosts_trust_and_its_days_are_named() {
+    use integration_tests::state_host::http::tls::TlsOptions;
+    use integration_tests::tls::{Pki, TlsProxy};
+    let pki = Pki::new("doctor");
+    let server = pki.server("server", &["localhost"], false);
+    let table = TestTable::new("doctor_tls");
+    let proxy = TlsProxy::start(pki.server_config(&server, false), table.target.clone()).await;
+    let uri = table.target.secure_uri("localhost", proxy.port());
+    for trusted in [true, false] {
+        let options = RuntimeOptions {
+            tls: TlsOptions {
+                ca_bundle: trusted.then(|| pki.ca_path()),
+                ..TlsOptions::default()
+            },
+            ..runtime_options()
+        };
+        let runtime = Runtime::load(
+            &integration_tests::state_host::default_component_path(),
+            options.clone(),
+        )
+        .expect("load");
+        let checks = doctor::run(&runtime, &options, &uri, table.settings(), false).await;
+        let tls = outcome(&checks, "tls");
+        if trusted {
+            assert_eq!(tls.outcome, Outcome::Pass, "{checks:#?}");
+            assert!(tls.detail.contains(" days)"), "{tls:#?}");
+            assert_eq!(outcome(&checks, "authentication").outcome, Outcome::Pass);
+        } else {
+            assert_eq!(tls.outcome, Outcome::Fail, "{checks:#?}");
+            assert!(tls.fix.contains("--ca-bundle"), "{tls:#?}");
+        }
+    }
+}
