@@ -115,15 +115,25 @@ pub(super) fn tables_check<T: Transport, H: Platform>(
         return Tables::Missing;
     }
     let seen = text(&row, "seen");
-    if config.history && config.history_days > 0 && number(&row, "no_ttl") > 0 {
+    // What `migrate` would change: the history's TTL, and the `want` event a lock log created
+    // by an older version lacks (it works without it; a waiter's hint is then not sent).
+    let no_ttl = config.history && config.history_days > 0 && number(&row, "no_ttl") > 0;
+    let no_want = session
+        .read_once(&session.sql.lock_log_lacks_want())
+        .is_ok_and(|body| crate::rows::number(&body).is_ok_and(|n| n == 1));
+    if no_ttl || no_want {
+        let mut detail = seen;
+        if no_ttl {
+            detail.push_str("; the history has no TTL, though history_days is set");
+        }
+        if no_want {
+            detail.push_str("; the lock log lacks the `want` event (an older version's)");
+        }
         found.push(Check::new(
             "tables",
             Outcome::Warn,
-            format!(
-                "{seen}; the history has no TTL, though history_days is {}",
-                config.history_days
-            ),
-            "run `state-backend migrate` to set the history's TTL",
+            detail,
+            "run `state-backend migrate` (or `doctor --fix`) to bring the schema up to date",
         ));
     } else {
         found.push(Check::new("tables", Outcome::Pass, seen, ""));

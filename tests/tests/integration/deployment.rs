@@ -166,7 +166,7 @@ fn event_type(table: &TestTable) -> String {
 /// Creates the table's whole schema as an older version did: a lock log without the `want`
 /// event (the key column's type can gain values, never lose them, so it is made old from the
 /// start). Nothing else is missing, so nothing else sends the instance to `migrate`.
-fn older_schema(table: &TestTable) -> String {
+pub(crate) fn older_schema(table: &TestTable) -> String {
     let config = Config::parse(&table.target.uri(), &table.settings()).unwrap();
     let sql = Statements::new(&config);
     let older = "Enum8('acquire' = 1, 'renew' = 2, 'release' = 3, 'force' = 4)";

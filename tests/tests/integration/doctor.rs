@@ -296,3 +296,21 @@ async fn over_tls_the_certificate_is_checked_with_the_hosts_trust_and_its_days_a
         }
     }
 }
+
+#[tokio::test]
+async fn a_lock_log_of_an_older_version_is_named_and_fix_brings_it_up_to_date() {
+    let table = TestTable::new("doctor_older");
+    crate::deployment::older_schema(&table);
+    let uri = table.target.uri();
+    let older = diagnose(&uri, table.settings()).await;
+    let tables = outcome(&older, "tables");
+    assert_eq!(tables.outcome, Outcome::Warn, "{older:#?}");
+    assert!(tables.detail.contains("`want` event"), "{tables:#?}");
+    assert!(doctor::passed(&older), "a warning does not fail the doctor");
+    let fixed = doctor::run(runtime(), &runtime_options(), &uri, table.settings(), true).await;
+    assert_eq!(
+        outcome(&fixed, "tables").outcome,
+        Outcome::Pass,
+        "{fixed:#?}"
+    );
+}
