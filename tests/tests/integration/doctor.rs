@@ -27,6 +27,20 @@ async fn diagnose(uri: &str, settings: Vec<(String, String)>) -> Vec<Check> {
     doctor::run(runtime(), &runtime_options(), uri, settings, false).await
 }
 
+/// `doctor` through a runtime of its own, with these options (a clock, the TLS trust).
+async fn diagnose_with(
+    options: RuntimeOptions,
+    uri: &str,
+    settings: Vec<(String, String)>,
+) -> Vec<Check> {
+    let runtime = Runtime::load(
+        &integration_tests::state_host::default_component_path(),
+        options.clone(),
+    )
+    .expect("load");
+    doctor::run(&runtime, &options, uri, settings, false).await
+}
+
 #[tokio::test]
 async fn every_check_passes_against_the_local_clickhouse_once_fix_made_the_tables() {
     let table = TestTable::new("doctor");
@@ -187,19 +201,7 @@ async fn a_host_clock_off_by_more_than_the_lease_margin_fails_the_clock_check() 
             clock: Arc::new(Offset(ahead_ms)),
             ..runtime_options()
         };
-        let skewed = Runtime::load(
-            &integration_tests::state_host::default_component_path(),
-            options.clone(),
-        )
-        .expect("load");
-        let checks = doctor::run(
-            &skewed,
-            &options,
-            &table.target.uri(),
-            with_lease.clone(),
-            false,
-        )
-        .await;
+        let checks = diagnose_with(options, &table.target.uri(), with_lease.clone()).await;
         let clock = outcome(&checks, "clock");
         let want = if fails { Outcome::Fail } else { Outcome::Pass };
         assert_eq!(clock.outcome, want, "{ahead_ms} ms ahead: {clock:#?}");
@@ -279,12 +281,7 @@ async fn over_tls_the_certificate_is_checked_with_the_hosts_trust_and_its_days_a
             },
             ..runtime_options()
         };
-        let runtime = Runtime::load(
-            &integration_tests::state_host::default_component_path(),
-            options.clone(),
-        )
-        .expect("load");
-        let checks = doctor::run(&runtime, &options, &uri, table.settings(), false).await;
+        let checks = diagnose_with(options, &uri, table.settings()).await;
         let tls = outcome(&checks, "tls");
         if trusted {
             assert_eq!(tls.outcome, Outcome::Pass, "{checks:#?}");
