@@ -144,6 +144,7 @@ test: guest
     BENCH_QUICK=1 timed cargo bench --profile dev --workspace --bench report
     timed {{just_executable()}} floor-check
     timed {{just_executable()}} bench-ab
+    timed {{just_executable()}} bench-telemetry-check
     # The SQL guard's mutants against the engine: about a minute, so on every commit
     timed {{python}} tests/mutants/sql_guard.py
 
@@ -373,7 +374,7 @@ meltano-install venv: wheel
 # Its seven benchmarks, one after the other, each writing its own sections (release builds;
 # bench-year a dev build). The whole benchmark report, tests/benches/results/report.md (about
 # two and a half hours, bench-year alone about 100 minutes)
-bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30") bench-history bench-hosts bench-year
+bench: bench-report bench-meltano bench-alternation (bench-floor "--calls" "100" "--rounds" "2" "--cli-runs" "30") bench-history bench-hosts bench-year bench-telemetry
 
 # Overhead vs raw HTTP, scale, lock, component, keep-alive, noisy neighbours, long streams;
 # and latency.svg. Sections 1-7 of the report (about 40 minutes; release build)
@@ -477,6 +478,16 @@ bench-alternation: guest clickhouse-start
 # The same component through the Rust host and the Node host, operation by operation (section 12)
 bench-hosts: node-host clickhouse-start
     cargo bench -p integration-tests --bench hosts
+
+# What traces and metrics cost: each call exporting to a loopback receiver against none, taking
+# turns; section 14 of the report (release build, about 3 minutes)
+bench-telemetry: guest clickhouse-start
+    cargo bench -p integration-tests --bench telemetry
+
+# The same, as CI holds it: a dev build and 100 pairs; fails above 1.05x (writes
+# target/bench/telemetry.md)
+bench-telemetry-check: guest clickhouse-start
+    BENCH_TELEMETRY_CHECK=1 cargo bench --profile dev --workspace --bench telemetry
 
 # What the history costs: the update stream with it on and off, reads of 100,000 versions
 bench-history: guest clickhouse-start

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod merge;
 pub mod settings;
 pub mod uri;

@@ -9,7 +9,7 @@
 //! Everything but `component` and `wasi_http` is plain Rust: it compiles natively and
 //! unit-tests natively.
 
-pub use clickhouse_state_contract::{config, error, merge, settings, uri};
+pub use clickhouse_state_contract::{config, error, events, merge, settings, uri};
 
 pub mod doctor;
 pub mod glob;

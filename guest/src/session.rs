@@ -7,6 +7,7 @@ use std::cell::{Cell, RefCell};
 
 use crate::config::Config;
 use crate::error::{Error, Result, WriterInfo};
+use crate::events;
 use crate::http::{Answer, Client, Transport};
 use crate::rows::{self, Decode, FromRow};
 use crate::sql::{Query, Read, Statements};
@@ -268,10 +269,8 @@ impl<T: Transport, H: Platform> Session<T, H> {
                     );
                     match next {
                         Next::After(pause) => {
-                            self.host.log(
-                                Level::Info,
-                                &format!("retry {failures} in {pause} ms after: {e}"),
-                            );
+                            self.host
+                                .log(Level::Info, &events::retry(failures, pause, &e));
                             self.host.sleep_ms(pause);
                         }
                         Next::GiveUp(why) => return Err(e.gave_up(&why)),

@@ -41,13 +41,16 @@ pub struct Backend {
 macro_rules! call {
     ($self:ident . $method:ident ( $($arg:expr),* )) => {{
         $self.begin_call();
+        $self.trace_begin(stringify!($method));
         let guest = $self.bindings.meltano_state_backend_backend().store();
         let result = guest
             .$method(&mut $self.sandbox, $self.handle $(, $arg)*)
             .await;
-        let result = end_call(&mut $self.sandbox, result)?;
-        let result = guest_result(&$self.sandbox, result);
-        $self.explained(result).await
+        let result = end_call(&mut $self.sandbox, result)
+            .and_then(|result| guest_result(&$self.sandbox, result));
+        let result = $self.explained(result).await;
+        $self.trace_end(&result);
+        result
     }};
 }
 
@@ -60,6 +63,19 @@ impl Backend {
         limits.last_panic = None;
     }
 
+    /// A call's span begins (`call_set` is the operation `set`), when the host exports them.
+    fn trace_begin(&self, method: &'static str) {
+        if let Some(recorder) = &self.sandbox.data().recorder {
+            recorder.begin(method.strip_prefix("call_").unwrap_or(method));
+        }
+    }
+
+    fn trace_end<T>(&self, result: &Result<T>) {
+        if let Some(recorder) = &self.sandbox.data().recorder {
+            recorder.end(result.as_ref().err());
+        }
+    }
+
     pub(crate) async fn open(
         mut sandbox: Store<HostState>,
         bindings: ClickhouseStateBackend,
@@ -68,13 +84,20 @@ impl Backend {
         settings: Settings,
     ) -> Result<Self> {
         sandbox.data_mut().limits.begin_call();
+        let recorder = sandbox.data().recorder.clone();
+        if let Some(recorder) = &recorder {
+            recorder.begin("open");
+        }
         let opened = bindings
             .meltano_state_backend_backend()
             .store()
             .call_open(&mut sandbox, uri, &settings)
             .await;
-        let opened = end_call(&mut sandbox, opened)?;
-        let handle = guest_result(&sandbox, opened)?;
+        let opened = end_call(&mut sandbox, opened).and_then(|o| guest_result(&sandbox, o));
+        if let Some(recorder) = &recorder {
+            recorder.end(opened.as_ref().err());
+        }
+        let handle = opened?;
         Ok(Backend {
             sandbox,
             bindings,
@@ -250,10 +273,13 @@ impl Backend {
     /// Extends a held lock's lease from now; `LockLost` when it is no longer held.
     pub async fn renew(&mut self, lock: &Lock) -> Result<()> {
         self.begin_call();
+        self.trace_begin("renew");
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
         let renewed = lock_api.call_renew(&mut self.sandbox, lock.resource).await;
-        let renewed = end_call(&mut self.sandbox, renewed)?;
-        guest_result(&self.sandbox, renewed)
+        let renewed =
+            end_call(&mut self.sandbox, renewed).and_then(|r| guest_result(&self.sandbox, r));
+        self.trace_end(&renewed);
+        renewed
     }
 
     /// Owner, token and lease of a held lock, as the guest sees it.
@@ -366,17 +392,19 @@ impl Backend {
     /// Gives a lock back. The resource is dropped whatever the outcome.
     pub async fn release(&mut self, lock: Lock) -> Result<()> {
         self.begin_call();
+        self.trace_begin("release");
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
         let released = lock_api
             .call_release(&mut self.sandbox, lock.resource)
             .await;
-        let released = end_call(&mut self.sandbox, released);
+        let released = end_call(&mut self.sandbox, released).and_then(|r| r.map_err(Error::from));
+        self.trace_end(&released);
         let dropped = lock
             .resource
             .resource_drop_async(&mut self.sandbox)
             .await
             .map_err(Error::trap);
-        released?.map_err(Error::from)?;
+        released?;
         dropped
     }
 

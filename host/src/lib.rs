@@ -30,6 +30,7 @@ mod runtime;
 pub mod serve;
 pub mod settings;
 mod state;
+pub mod telemetry;
 
 pub use backend::{Backend, Lock};
 pub use engine::WASMTIME_VERSION;

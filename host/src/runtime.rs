@@ -25,6 +25,8 @@ use crate::http::tls::{LazyClientConfig, TlsOptions};
 use crate::limits::{self, CpuShare, Limits};
 use crate::settings::Settings;
 use crate::state::HostState;
+use crate::telemetry::Telemetry;
+use crate::telemetry::recorder::Recorder;
 
 /// File name of the built guest component.
 pub const COMPONENT_FILE: &str = "clickhouse_state.wasm";
@@ -71,6 +73,9 @@ pub struct RuntimeOptions {
     /// says, so a runner's tenants go through a proxy only when the runner passes one
     /// (`Proxies::explicit`); the CLI reads `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY`.
     pub proxies: Arc<Proxies>,
+    /// Traces and metrics of every instance's calls (see [`crate::telemetry`]); none by
+    /// default. The CLI and the embedded host start it from the `OTEL_*` variables.
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 /// The CPU budget of one call. What a call needs grows with its data: a 100k-state `set-all`
@@ -94,6 +99,7 @@ impl Default for RuntimeOptions {
             keep_alive: PoolLimits::default(),
             compile_cache: cache::default_dir(),
             proxies: Arc::new(Proxies::none()),
+            telemetry: None,
         }
     }
 }
@@ -266,7 +272,13 @@ impl Runtime {
         };
         #[cfg(not(feature = "faults"))]
         let exchange: Arc<dyn Exchange> = Arc::new(sender);
-        let hook = OutgoingHook::new(egress, exchange, Arc::clone(&clock), options.interceptor);
+        let recorder = self
+            .options
+            .telemetry
+            .as_ref()
+            .map(|t| Recorder::new(Arc::clone(t)));
+        let hook = OutgoingHook::new(egress, exchange, Arc::clone(&clock), options.interceptor)
+            .with_recorder(recorder.clone());
         let deadline = self.options.call_deadline.unwrap_or_else(|| {
             Duration::from_millis(config.lock_timeout_ms) + Duration::from_secs(60)
         });
@@ -276,7 +288,7 @@ impl Runtime {
             self.options.cpu_budget,
             self.options.cpu_share,
         );
-        let state = HostState::new(hook, clock, options.label, limits);
+        let state = HostState::new(hook, clock, options.label, limits, recorder);
         let mut store = Store::new(&self.engine, state);
         limits::apply(&mut store, |state| &mut state.limits);
         let bindings = self

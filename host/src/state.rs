@@ -10,6 +10,7 @@ use crate::bindings::meltano::state_backend::{clock, log, types};
 use crate::clock::{Clock, Registration};
 use crate::http::hook::OutgoingHook;
 use crate::limits::Limits;
+use crate::telemetry::recorder::Recorder;
 
 pub struct HostState {
     wasi: WasiCtx,
@@ -22,6 +23,8 @@ pub struct HostState {
     /// Names this instance in the log.
     label: String,
     pub(crate) limits: Limits,
+    /// Its calls' spans and metrics, when the host exports them.
+    pub(crate) recorder: Option<Arc<Recorder>>,
 }
 
 impl HostState {
@@ -40,8 +43,15 @@ impl HostState {
         self.egress.took_detail()
     }
 
-    pub fn new(egress: OutgoingHook, clock: Arc<dyn Clock>, label: String, limits: Limits) -> Self {
+    pub fn new(
+        egress: OutgoingHook,
+        clock: Arc<dyn Clock>,
+        label: String,
+        limits: Limits,
+        recorder: Option<Arc<Recorder>>,
+    ) -> Self {
         HostState {
+            recorder,
             _registration: clock.register(),
             // No env, no args, no preopens, no sockets, stdout discarded: wasi:http is the only
             // way out, and the egress policy decides where it leads. Stderr goes to a small
@@ -84,7 +94,14 @@ impl clock::Host for HostState {
     }
 
     async fn sleep_ms(&mut self, ms: u64) -> wasmtime::Result<()> {
+        let wait = self
+            .recorder
+            .as_ref()
+            .and_then(|r| r.pause(ms, self.clock.now_ms()));
         self.clock.sleep(ms).await;
+        if let Some(wait) = wait {
+            wait.end(self.clock.now_ms());
+        }
         Ok(())
     }
 }
@@ -95,6 +112,9 @@ impl log::Host for HostState {
             && let Some(panic) = message.strip_prefix("panic: ")
         {
             self.limits.last_panic = Some(panic.to_string());
+        }
+        if let Some(recorder) = &self.recorder {
+            recorder.log(&message);
         }
         let instance = self.label.as_str();
         match level {

@@ -15,7 +15,7 @@
 //!   writes.
 //! - [`grant`], [`rows`], [`wait`], [`retry`], [`env`](mod@env): what those decide on and with.
 
-pub use clickhouse_state_contract::{config, error, merge};
+pub use clickhouse_state_contract::{config, error, events, merge};
 
 pub mod deployment;
 pub mod env;

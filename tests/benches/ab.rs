@@ -17,9 +17,9 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use integration_tests::state_host::{Backend, InstanceOptions, Runtime, State};
+use integration_tests::turns::Turns;
 use integration_tests::{TestTable, runtime_options};
 
 /// The most an operation may slow down against the baseline.
@@ -74,11 +74,6 @@ async fn instance(runtime: &Runtime, label: &str) -> (Backend, std::sync::Arc<Te
     (backend, table)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// Waits (at most a minute) until the server runs no merge, so that a round does not start
 /// in the wake of whatever ran before it.
 fn quiet_server() {
@@ -112,30 +107,19 @@ async fn round(ours: &Runtime, theirs: &Runtime, pairs: usize, ours_first: bool)
     let mut out = Vec::new();
     let mut n = 100;
     for op in OPERATIONS {
-        let (mut mine, mut base, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let mut turns = Turns::default();
         for pair in 0..pairs {
             n += 1;
-            // The order flips every pair, so neither side always runs on a warmer server.
-            for ours_turn in [pair % 2 == 0, pair % 2 == 1] {
-                let started = Instant::now();
-                if ours_turn {
-                    call(&mut a, op, n).await;
-                } else {
-                    call(&mut b, op, n).await;
-                }
-                let elapsed = started.elapsed().as_secs_f64() * 1000.0;
-                if ours_turn {
-                    mine.push(elapsed)
-                } else {
-                    base.push(elapsed)
-                }
+            for ours_turn in Turns::order(pair) {
+                let side = if ours_turn { &mut a } else { &mut b };
+                turns.time(ours_turn, call(side, op, n)).await;
             }
-            ratios.push(mine[mine.len() - 1] / base[base.len() - 1]);
         }
+        let paired = turns.medians();
         out.push(Measured {
-            mine_ms: median(mine),
-            base_ms: median(base),
-            ratio: median(ratios),
+            mine_ms: paired.first_ms,
+            base_ms: paired.second_ms,
+            ratio: paired.ratio,
         });
     }
     a.close().await.expect("closes");

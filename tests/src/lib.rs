@@ -4,9 +4,11 @@
 //! Every test reads `CLICKHOUSE_URL` (default `http://default:@127.0.0.1:8123`, the local
 //! ClickHouse), so the same suite runs against any ClickHouse, ClickHouse Cloud included.
 
+pub mod otlp;
 pub mod proxy;
 pub mod report;
 pub mod tls;
+pub mod turns;
 
 use std::sync::{Arc, OnceLock};
 

@@ -14,9 +14,10 @@ pub const SECTIONS: &[(&str, &str)] = &[
     ("history", "`just bench-history`"),
     ("hosts", "`just bench-hosts`"),
     ("year", "`just bench-year`"),
+    ("telemetry", "`just bench-telemetry`"),
 ];
 
-const TITLE: &str = "# Benchmark report\n\nOne report, written by seven benchmarks, each its own \
+const TITLE: &str = "# Benchmark report\n\nOne report, written by eight benchmarks, each its own \
     section: its first line names the commit whose code it measured, its second when, where and \
     how it ran. `just bench` runs them all, one after the other. The figures the README and the \
     docs quote from it are held to it by a test, which also fails when a page quotes a section \

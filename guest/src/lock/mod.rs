@@ -21,6 +21,7 @@ use std::collections::HashMap;
 
 use crate::config::LockMode;
 use crate::error::{Error, LockInfo, Result};
+use crate::events;
 use crate::http::Transport;
 use crate::session::{Level, Platform, Session};
 use protocol::fenced::{lease_margin_ms, near_lease_end, want};
@@ -193,6 +194,9 @@ pub fn pause<T: Transport, H: Platform>(
             );
         }
     }
+    session
+        .host
+        .log(Level::Debug, &events::lock_wait(&holder, pause));
     session.host.sleep_ms(pause);
     Ok(())
 }
@@ -365,10 +369,9 @@ fn release_kept_grant<T: Transport, H: Platform>(
     kept: Kept,
 ) -> Result<()> {
     fenced::release(session, locks, &kept.handle)?;
-    session.host.log(
-        Level::Debug,
-        &format!("gave back the kept lock of {:?}", kept.handle.state_id),
-    );
+    session
+        .host
+        .log(Level::Debug, &events::hand_off(&kept.handle.state_id));
     if let Some(written) = kept.basis {
         locks.with(&kept.handle.state_id, |m| m.last_written = Some(written));
     }

@@ -49,5 +49,7 @@ fn main() -> ExitCode {
     // Without waiting for the thread that reads stdin: `serve`, stopped by a signal, would
     // otherwise exit only once its input ends.
     runtime.shutdown_background();
+    // What the exporter has left goes before the process ends.
+    state_host::telemetry::shutdown_process();
     output::finish(result)
 }

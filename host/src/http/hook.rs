@@ -17,6 +17,7 @@ use super::Exchange;
 use super::policy::EgressPolicy;
 use super::sender::{Sent, tls_failure};
 use crate::clock::Clock;
+use crate::telemetry::recorder::{Recorder, Statement};
 
 /// Forbidden on top of wasmtime's defaults (names are lower case).
 const EXTRA_FORBIDDEN_HEADERS: &[&str] = &[
@@ -58,6 +59,8 @@ pub struct OutgoingHook {
     /// certificate's rejection reason, what came back instead of HTTP): the host adds it to the
     /// guest's message ([`OutgoingHook::took_detail`]), so that no side reads the other's text.
     detail: Arc<Mutex<Option<String>>>,
+    /// Each request as a statement's span and metrics, when the host exports them.
+    recorder: Option<Arc<Recorder>>,
 }
 
 impl OutgoingHook {
@@ -74,7 +77,14 @@ impl OutgoingHook {
             interceptor,
             refused: Arc::default(),
             detail: Arc::default(),
+            recorder: None,
         }
+    }
+
+    /// Records each request as a statement (see [`Recorder::statement`]).
+    pub fn with_recorder(mut self, recorder: Option<Arc<Recorder>>) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     /// Whether the policy refused a destination's address since the last time this was asked.
@@ -113,14 +123,21 @@ impl WasiHttpHooks for OutgoingHook {
             .interceptor
             .as_ref()
             .and_then(|i| i.before_send(request.method(), request.uri()));
-        let request = match &self.interceptor {
-            None => request,
-            Some(interceptor) => {
-                let interceptor = Arc::clone(interceptor);
+        let statement = self.recorder.as_ref().map(|r| r.statement(request.uri()));
+        let counted = statement.as_ref().map(Statement::body_counter);
+        let request = match (&self.interceptor, counted) {
+            (None, None) => request,
+            (interceptor, counted) => {
+                let interceptor = interceptor.clone();
                 request.map(move |body| {
                     body.map_frame(move |frame| {
                         if let Some(data) = frame.data_ref() {
-                            interceptor.body_sent(data.len());
+                            if let Some(interceptor) = &interceptor {
+                                interceptor.body_sent(data.len());
+                            }
+                            if let Some(counted) = &counted {
+                                counted.fetch_add(data.len() as u64, Ordering::Relaxed);
+                            }
                         }
                         frame
                     })
@@ -138,6 +155,12 @@ impl WasiHttpHooks for OutgoingHook {
             let sent = exchange.exchange(request, options, addresses).await;
             if matches!(sent, Err(HttpError::DestinationIpProhibited)) {
                 refused.store(true, Ordering::Relaxed);
+            }
+            if let Some(statement) = statement {
+                statement.finish(match &sent {
+                    Ok((response, _)) => Ok(response),
+                    Err(e) => Err(e.to_string()),
+                });
             }
             sent
         })

@@ -36,7 +36,8 @@ const SINGLE_USER_CPU_BUDGET: std::time::Duration = std::time::Duration::from_se
 
 /// The sandbox of one user's own instance (the CLI, `serve`, the embedded host), from the
 /// host's options: the TLS files, the address classes it may reach, and whether the proxy
-/// variables of the environment are honoured.
+/// variables of the environment are honoured; and the process's traces and metrics, when the
+/// `OTEL_*` variables ask for them (see [`crate::telemetry`]).
 pub fn single_user_options(
     tls: TlsOptions,
     allow_loopback: bool,
@@ -48,8 +49,10 @@ pub fn single_user_options(
     } else {
         Proxies::from_lookup(|var| std::env::var(var).ok()).map_err(Error::InvalidConfig)?
     };
+    let proxies = std::sync::Arc::new(proxies);
     Ok(RuntimeOptions {
-        proxies: std::sync::Arc::new(proxies),
+        telemetry: crate::telemetry::from_env(&proxies)?,
+        proxies,
         tls,
         addresses: AddressAllowance {
             loopback: allow_loopback,

@@ -146,6 +146,7 @@ impl Update {
             .wait
             .pause_ms(holder.token, self.limits.retry_ms, jitter)
             .clamp(1, self.deadline_ms - now);
+        env.log(Level::Debug, &crate::events::lock_wait(&holder, pause));
         if self.wait.should_want(holder.token) {
             let row = fenced::want(&holder, now);
             self.phase = Phase::Wanting { pause_ms: pause };

@@ -56,6 +56,10 @@ impl Cli {
         for var in PROXY_VARIABLES {
             command.env_remove(var);
         }
+        // A collector of the developer's own hears nothing of the tests.
+        for (var, _) in std::env::vars().filter(|(var, _)| var.starts_with("OTEL_")) {
+            command.env_remove(var);
+        }
         command
     }
 
@@ -692,6 +696,55 @@ async fn tls_flags_reach_a_private_ca_with_mutual_tls() {
     let output = run(&["--ca-bundle", ca.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
     assert!(stderr(&output).contains("TLS"), "{}", stderr(&output));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_exports_traces_and_metrics_when_the_standard_variables_say_so() {
+    let receiver = integration_tests::otlp::Receiver::start().await;
+    let cli = Cli::new("cli_otel");
+    let mut command = cli.command();
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .args(["set", "dev:otel", r#"{"singer_state":{}}"#]);
+    // The exporter's last export happens as the process exits: the receiver has it by then.
+    let out = tokio::task::spawn_blocking(move || command.output().expect("runs"))
+        .await
+        .expect("the CLI's task");
+    assert!(out.status.success(), "{}", printed(&out));
+    let names: Vec<String> = receiver
+        .spans()
+        .iter()
+        .filter_map(|s| s["name"].as_str().map(str::to_string))
+        .collect();
+    // The CLI's `set` is Meltano's: under the lock.
+    for name in ["acquire_lock", "set_locked", "release", "clickhouse INSERT"] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    assert!(
+        receiver
+            .metrics()
+            .iter()
+            .any(|m| m["name"] == "state_backend.calls"),
+        "{:#?}",
+        receiver.exports()
+    );
+    // A bad variable is named before anything runs, and nothing is written.
+    let mut grpc = cli.command();
+    grpc.env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .args(["set", "dev:otel-grpc", r#"{"singer_state":{}}"#]);
+    let refused = tokio::task::spawn_blocking(move || grpc.output().expect("runs"))
+        .await
+        .expect("the CLI's task");
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("http/protobuf"),
+        "{}",
+        printed(&refused)
+    );
+    let listed = cli.run(&["list"]);
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains("dev:otel-grpc"));
 }
 
 fn waiter_names_holder(err: &str, owner: &str) -> bool {

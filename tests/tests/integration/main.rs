@@ -53,5 +53,6 @@ mod sandbox;
 mod secrets;
 mod settle;
 mod statements;
+mod telemetry;
 mod tls;
 mod who;
