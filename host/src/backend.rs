@@ -6,6 +6,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use crate::bindings::{ClickhouseStateBackend, wit};
+use crate::call_end::{end_call, guest_result};
 use crate::error::{Error, LockInfo, Result, WriterInfo, info_from_wit};
 use crate::records::{HistoryEntry, Point, Restored, State};
 use crate::settings::Settings;
@@ -67,6 +68,23 @@ impl Backend {
     fn trace_begin(&self, method: &'static str) {
         if let Some(recorder) = &self.sandbox.data().recorder {
             recorder.begin(method.strip_prefix("call_").unwrap_or(method));
+        }
+    }
+
+    /// As [`Backend::trace_begin`] for the host's own calls (who wrote, who is this): a span of
+    /// their own unless they are part of a call in progress; whether one began.
+    fn trace_begin_unless_in_call(&self, operation: &'static str) -> bool {
+        self.sandbox
+            .data()
+            .recorder
+            .as_ref()
+            .is_some_and(|recorder| recorder.begin_unless_in_call(operation))
+    }
+
+    /// Ends the span [`Backend::trace_begin_unless_in_call`] began, if it began one.
+    fn trace_end_if<T>(&self, traced: bool, result: &Result<T>) {
+        if traced {
+            self.trace_end(result);
         }
     }
 
@@ -148,6 +166,7 @@ impl Backend {
     /// The processes behind these instance ids (the contract's `writers`), or none when the
     /// store cannot say: who wrote never fails the call it explains.
     async fn who_of(&mut self, ids: &[String]) -> HashMap<String, WriterInfo> {
+        let traced = self.trace_begin_unless_in_call("writers");
         let mut all = HashMap::new();
         // A read's parameters are bounded (the guest refuses more than 64 KiB of ids): a long
         // history of short-lived processes takes a read per thousand writers.
@@ -164,6 +183,7 @@ impl Backend {
                 Err(e) => tracing::debug!("who wrote is unknown: {e}"),
             }
         }
+        self.trace_end_if(traced, &Ok(()));
         all
     }
 
@@ -192,11 +212,14 @@ impl Backend {
     /// the process before its first write, and reads show it.
     pub async fn identify(&mut self, who: &WriterInfo) -> Result<()> {
         self.begin_call();
+        let traced = self.trace_begin_unless_in_call("identify");
         let guest = self.bindings.meltano_state_backend_backend().store();
         let result = guest
             .call_identify(&mut self.sandbox, self.handle, &wit::WriterInfo::from(who))
             .await;
-        end_call(&mut self.sandbox, result)?;
+        let result = end_call(&mut self.sandbox, result);
+        self.trace_end_if(traced, &result);
+        result?;
         // The store keeps the first identity it was given (the contract's `identify`).
         self.who.get_or_insert_with(|| who.clone());
         Ok(())
@@ -285,9 +308,12 @@ impl Backend {
     /// Owner, token and lease of a held lock, as the guest sees it.
     pub async fn lock_details(&mut self, lock: &Lock) -> Result<LockInfo> {
         self.begin_call();
+        let traced = self.trace_begin_unless_in_call("lock_details");
         let lock_api = self.bindings.meltano_state_backend_backend().lock();
         let info = lock_api.call_info(&mut self.sandbox, lock.resource).await;
-        let mut info = info_from_wit(end_call(&mut self.sandbox, info)?);
+        let info = end_call(&mut self.sandbox, info);
+        self.trace_end_if(traced, &info);
+        let mut info = info_from_wit(info?);
         info.who = self.who.clone().map(Box::new);
         Ok(info)
     }
@@ -348,24 +374,15 @@ impl Backend {
     /// The store's checks for an operator (the contract's `diagnose`), with the processes of
     /// the unreleased grants' holders.
     pub async fn diagnose(&mut self) -> Result<crate::doctor::check::Diagnosis> {
-        use crate::doctor::check::{Check, Diagnosis, Outcome};
+        use crate::doctor::check::{Check, Diagnosis};
         self.begin_call();
+        let traced = self.trace_begin_unless_in_call("diagnose");
         let guest = self.bindings.meltano_state_backend_backend().store();
         let found = guest.call_diagnose(&mut self.sandbox, self.handle).await;
-        let found = end_call(&mut self.sandbox, found)?;
-        let checks = found
-            .checks
-            .into_iter()
-            .map(|c| {
-                let outcome = match c.outcome {
-                    wit::Outcome::Pass => Outcome::Pass,
-                    wit::Outcome::Warn => Outcome::Warn,
-                    wit::Outcome::Fail => Outcome::Fail,
-                    wit::Outcome::Skipped => Outcome::Skipped,
-                };
-                Check::new(&c.name, outcome, c.detail, &c.fix)
-            })
-            .collect();
+        let found = end_call(&mut self.sandbox, found);
+        self.trace_end_if(traced, &found);
+        let found = found?;
+        let checks = found.checks.into_iter().map(Check::from).collect();
         let mut unreleased: Vec<LockInfo> =
             found.unreleased.into_iter().map(info_from_wit).collect();
         let mut ids: Vec<String> = unreleased
@@ -437,53 +454,4 @@ impl Backend {
             .map_err(Error::trap);
         closed.and(dropped)
     }
-}
-
-/// Ends a call: a trap becomes the error that says why (a panic with its message, the memory
-/// limit, the CPU budget, the call deadline), or the trap itself.
-/// The guest's answer as the host's, told apart by what the host saw during the call (see
-/// [`Error::with_refusal`], [`Error::with_detail`]).
-fn guest_result<T>(
-    sandbox: &Store<HostState>,
-    result: std::result::Result<T, wit::Error>,
-) -> Result<T> {
-    result.map_err(|e| {
-        let data = sandbox.data();
-        Error::from(e)
-            .with_refusal(data.took_refusal())
-            .with_detail(data.took_detail())
-    })
-}
-
-fn end_call<R>(sandbox: &mut Store<HostState>, result: wasmtime::Result<R>) -> Result<R> {
-    let limits = &mut sandbox.data_mut().limits;
-    limits.call_started = None;
-    result.map_err(|trap| {
-        limits.trapped = true;
-        if let Some(message) = limits
-            .last_panic
-            .take()
-            .or_else(|| limits.panic_from_stderr())
-        {
-            Error::Panicked(message)
-        } else if std::mem::take(&mut limits.cpu_hit) {
-            Error::Timeout(format!(
-                "the component ran its code for more than its CPU budget of {:?} in one call \
-                 and was stopped",
-                limits.cpu_budget
-            ))
-        } else if std::mem::take(&mut limits.deadline_hit) {
-            Error::Timeout(format!(
-                "the component ran past its per-call deadline of {:?} and was stopped",
-                limits.call_deadline
-            ))
-        } else if std::mem::take(&mut limits.memory_denied) {
-            Error::Component(
-                "the component ran out of memory (its instance limit was reached) and was stopped"
-                    .into(),
-            )
-        } else {
-            Error::trap(trap)
-        }
-    })
 }

@@ -15,6 +15,7 @@
 mod backend;
 mod bindings;
 pub mod cache;
+mod call_end;
 pub mod clock;
 pub mod doctor;
 #[cfg(feature = "embedded")]

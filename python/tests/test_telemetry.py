@@ -28,6 +28,16 @@ class _Receiver(ThreadingHTTPServer):
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
+    def metric_names(self) -> set[str]:
+        return {
+            metric["name"]
+            for path, body in self.exports
+            if path == "/v1/metrics"
+            for resource in body.get("resourceMetrics", [])
+            for scope in resource.get("scopeMetrics", [])
+            for metric in scope.get("metrics", [])
+        }
+
     def span_names(self) -> set[str]:
         return {
             span["name"]
@@ -80,6 +90,7 @@ def test_the_child_process_exports_what_the_variables_ask_for(
     Bridge.close_all()
     names = receiver.span_names()
     assert {"set", "clickhouse INSERT"} <= names, receiver.exports
+    assert "state_backend.calls" in receiver.metric_names(), receiver.exports
 
 
 @pytest.mark.skipif(not in_process(), reason="the host library is not built (`just embedded`)")
@@ -94,10 +105,18 @@ def test_the_host_in_meltanos_process_exports_what_the_variables_ask_for(
         "make = StateBackend.get_manager_factory(scheme='clickhouse')\n"
         "with make(**json.loads(sys.argv[1])) as manager:\n"
         "    manager.set(MeltanoState('dev:otel', None, {'singer_state': {'b': 1}}))\n"
+        "    print(type(manager._bridge).__name__)\n"
     )
     env = {**os.environ, "STATE_BACKEND_IN_PROCESS": "1"}
-    subprocess.run(
-        [sys.executable, "-c", script, json.dumps(manager_kwargs)], env=env, check=True, timeout=120
+    ran = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(manager_kwargs)],
+        env=env,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
     )
+    assert ran.stdout.strip() == "Embedded", ran
     names = receiver.span_names()
     assert {"set", "clickhouse INSERT"} <= names, receiver.exports
+    assert "state_backend.calls" in receiver.metric_names(), receiver.exports

@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use integration_tests::otlp::Receiver;
 use integration_tests::state_host::http::proxy::Proxies;
@@ -110,13 +110,9 @@ async fn main() {
     let pairs = if check { 100 } else { 300 };
     let started = Instant::now();
     let receiver = Receiver::start().await;
+    // http/protobuf, the protocol's default
     let config = TelemetryConfig {
         endpoint: Some(receiver.endpoint()),
-        traces: true,
-        metrics: true,
-        // http/protobuf, the protocol's default
-        protocol: None,
-        timeout: Duration::from_secs(10),
         ..TelemetryConfig::default()
     };
     let telemetry = Telemetry::start(&config, Arc::new(Proxies::none())).expect("exporter");

@@ -11,6 +11,8 @@ use tokio::net::{TcpListener, TcpStream};
 #[derive(Debug, Clone)]
 pub struct Export {
     pub path: String,
+    pub content_type: String,
+    /// The body parsed (http/json), or its length (http/protobuf).
     pub body: Value,
 }
 
@@ -139,15 +141,24 @@ async fn serve(mut stream: TcpStream, exports: Arc<Mutex<Vec<Export>>>) {
             }
         }
         let body: Vec<u8> = buffer.drain(..head_end + length).skip(head_end).collect();
+        let content_type = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-type")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_default();
         // http/json is kept parsed; http/protobuf (the cost bench's) only counted.
-        let json = head
-            .to_ascii_lowercase()
-            .contains("content-type: application/json");
-        let body = match json {
-            true => serde_json::from_slice(&body).unwrap_or(Value::Null),
-            false => Value::from(body.len()),
+        let body = match content_type.as_str() {
+            "application/json" => serde_json::from_slice(&body).unwrap_or(Value::Null),
+            _ => Value::from(body.len()),
         };
-        exports.lock().expect("exports").push(Export { path, body });
+        exports.lock().expect("exports").push(Export {
+            path,
+            content_type,
+            body,
+        });
         let answer =
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
         if stream.write_all(answer.as_bytes()).await.is_err() {

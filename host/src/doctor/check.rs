@@ -25,6 +25,19 @@ impl Outcome {
     }
 }
 
+impl From<crate::bindings::wit::Check> for Check {
+    fn from(c: crate::bindings::wit::Check) -> Self {
+        use crate::bindings::wit::Outcome as Wit;
+        let outcome = match c.outcome {
+            Wit::Pass => Outcome::Pass,
+            Wit::Warn => Outcome::Warn,
+            Wit::Fail => Outcome::Fail,
+            Wit::Skipped => Outcome::Skipped,
+        };
+        Check::new(&c.name, outcome, c.detail, &c.fix)
+    }
+}
+
 /// One line of the doctor's table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {

@@ -278,7 +278,7 @@ impl Host {
     pub fn close(mut self, timeout: Duration) {
         self.signal_close();
         let Some(idler) = self.idler.take() else {
-            crate::telemetry::flush_process();
+            crate::telemetry::flush_process(timeout);
             return;
         };
         // The idle thread's end drops its end of `ended`: that is the signal, with a bound.
@@ -296,7 +296,7 @@ impl Host {
                 );
             }
         }
-        crate::telemetry::flush_process();
+        crate::telemetry::flush_process(timeout);
     }
 
     /// Never waits for the lock: idle work in progress sees the flag when it ends.

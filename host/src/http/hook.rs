@@ -113,8 +113,12 @@ impl WasiHttpHooks for OutgoingHook {
     ) -> SendFuture {
         drop(fut);
         self.note(None);
+        let statement = self.recorder.as_ref().map(|r| r.statement(request.uri()));
         if let Err(refused) = self.policy.check(request.uri()) {
             tracing::warn!(target: "egress", authority = %refused, "request denied: not an allowed ClickHouse endpoint");
+            if let Some(statement) = statement {
+                statement.finish::<()>(Err(format!("denied by the host's policy: {refused}")));
+            }
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         let options = self.policy.timeouts.clamp(options);
@@ -123,7 +127,6 @@ impl WasiHttpHooks for OutgoingHook {
             .interceptor
             .as_ref()
             .and_then(|i| i.before_send(request.method(), request.uri()));
-        let statement = self.recorder.as_ref().map(|r| r.statement(request.uri()));
         let counted = statement.as_ref().map(Statement::body_counter);
         let request = match (&self.interceptor, counted) {
             (None, None) => request,

@@ -51,7 +51,7 @@ pub fn single_user_options(
     };
     let proxies = std::sync::Arc::new(proxies);
     Ok(RuntimeOptions {
-        telemetry: crate::telemetry::from_env(&proxies)?,
+        telemetry: crate::telemetry::from_env(&proxies),
         proxies,
         tls,
         addresses: AddressAllowance {

@@ -50,11 +50,16 @@ impl HttpClient for Client {
             between_bytes_timeout: Some(self.timeout),
         };
         let (mut parts, body) = request.into_parts();
-        // The sender writes the origin form, so the authority goes in `Host`.
-        if let Some(authority) = parts.uri.authority()
-            && let Ok(host) = http::HeaderValue::from_str(authority.as_str())
-        {
-            parts.headers.insert(http::header::HOST, host);
+        // The sender writes the origin form, so the host goes in `Host` (without any user
+        // information the endpoint's URL had).
+        if let Some(authority) = parts.uri.authority() {
+            let host = match authority.port() {
+                Some(port) => format!("{}:{port}", authority.host()),
+                None => authority.host().to_string(),
+            };
+            if let Ok(host) = http::HeaderValue::from_str(&host) {
+                parts.headers.insert(http::header::HOST, host);
+            }
         }
         let body = Full::new(body)
             .map_err(|never| match never {})

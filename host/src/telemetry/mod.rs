@@ -1,6 +1,6 @@
 //! Traces and metrics through OTLP/HTTP (OpenTelemetry), when the standard variables ask for
-//! them (`OTEL_EXPORTER_OTLP_ENDPOINT`, or a signal's own endpoint), and nothing at all when
-//! they do not: an instance without telemetry holds `None` and runs no code of this module.
+//! them ([`config`]), and nothing at all when they do not: an instance without telemetry holds
+//! `None` and runs no code of this module.
 //!
 //! What is recorded ([`recorder`]): a span per call, a child per statement the guest sends (the
 //! host sees its requests), retries and lock waits from the guest's log ([`Event`]), and the
@@ -9,10 +9,10 @@
 //! [`Event`]: clickhouse_state_contract::events::Event
 
 mod client;
+pub mod config;
 pub mod recorder;
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
@@ -24,81 +24,16 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
+pub use config::TelemetryConfig;
+
 use crate::error::Error;
 use crate::http::proxy::Proxies;
 use crate::http::sender::Sender;
-use crate::http::tls::{LazyClientConfig, TlsOptions};
+use crate::http::tls::LazyClientConfig;
 
-/// The instrumentation scope's name, on every span and metric.
+/// The instrumentation scope's name, on every span and metric, and the service's name unless
+/// the variables give one.
 pub const SCOPE: &str = "meltano-state-backend";
-
-/// What to export, and where.
-#[derive(Debug, Clone, Default)]
-pub struct TelemetryConfig {
-    /// The collector's base URL (`/v1/traces` and `/v1/metrics` are added); `None` leaves each
-    /// signal's endpoint to the `OTEL_EXPORTER_OTLP_*` variables.
-    pub endpoint: Option<String>,
-    pub traces: bool,
-    pub metrics: bool,
-    /// `None` takes `OTEL_EXPORTER_OTLP_PROTOCOL` (http/protobuf by default).
-    pub protocol: Option<Protocol>,
-    /// How long one export may take (`OTEL_EXPORTER_OTLP_TIMEOUT`, 10 s by default).
-    pub timeout: Duration,
-    /// The collector's CA and client identity (`OTEL_EXPORTER_OTLP_CERTIFICATE`,
-    /// `…_CLIENT_CERTIFICATE`, `…_CLIENT_KEY`).
-    pub tls: TlsOptions,
-}
-
-impl TelemetryConfig {
-    /// The configuration the standard variables give, or `None` when they ask for nothing:
-    /// no endpoint, `OTEL_SDK_DISABLED=true`, or both signals' exporters `none`.
-    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, Error> {
-        let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
-        if set("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
-            return Ok(None);
-        }
-        let general = set("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
-        let wanted = |signal: &str| {
-            let exporter = set(&format!("OTEL_{signal}_EXPORTER"));
-            (general || set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")).is_some())
-                && !exporter.is_some_and(|e| e.trim().eq_ignore_ascii_case("none"))
-        };
-        let (traces, metrics) = (wanted("TRACES"), wanted("METRICS"));
-        if !traces && !metrics {
-            return Ok(None);
-        }
-        if let Some(protocol) = set("OTEL_EXPORTER_OTLP_PROTOCOL")
-            && protocol.trim() == "grpc"
-        {
-            return Err(Error::InvalidConfig(
-                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this host exports OTLP over HTTP only; set \
-                 it to http/protobuf (the collector's port 4318) or http/json"
-                    .into(),
-            ));
-        }
-        let timeout = match set("OTEL_EXPORTER_OTLP_TIMEOUT") {
-            None => Duration::from_secs(10),
-            Some(ms) => Duration::from_millis(ms.trim().parse().map_err(|_| {
-                Error::InvalidConfig(format!(
-                    "OTEL_EXPORTER_OTLP_TIMEOUT={ms:?}: expected milliseconds, such as 10000"
-                ))
-            })?),
-        };
-        let path = |name: &str| set(name).map(PathBuf::from);
-        Ok(Some(TelemetryConfig {
-            endpoint: None,
-            traces,
-            metrics,
-            protocol: None,
-            timeout,
-            tls: TlsOptions {
-                ca_bundle: path("OTEL_EXPORTER_OTLP_CERTIFICATE"),
-                client_cert: path("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"),
-                client_key: path("OTEL_EXPORTER_OTLP_CLIENT_KEY"),
-            },
-        }))
-    }
-}
 
 /// The metrics, made once per exporter.
 pub struct Instruments {
@@ -123,29 +58,59 @@ pub const METRICS: [&str; 5] = [
     "state_backend.lock.handoffs",
 ];
 
+/// A statement's buckets, in seconds: a local server answers in a millisecond, a cluster's
+/// quorum insert in a second or more.
+pub const STATEMENT_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// A lock wait's buckets, in seconds: a pause is about `lock_retry_seconds` (1 s by default),
+/// a wait for a run's hold as long as the lock timeout.
+pub const LOCK_WAIT_BUCKETS: [f64; 12] = [
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// The runtime the exports run on, shut down without blocking wherever it is dropped (async
+/// code included, where a runtime may not block).
+struct ExportRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ExportRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// A running exporter: the SDK's providers and the runtime their exports run on.
 pub struct Telemetry {
     tracer: Option<SdkTracer>,
     tracer_provider: Option<SdkTracerProvider>,
     meter_provider: Option<SdkMeterProvider>,
     pub(crate) instruments: Instruments,
-    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    _runtime: ExportRuntime,
 }
 
 impl Telemetry {
     /// Starts exporting as `config` says, through `proxies` as the host's other requests go.
     pub fn start(config: &TelemetryConfig, proxies: Arc<Proxies>) -> Result<Arc<Self>, Error> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("otlp-export")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Component(format!("cannot start the OTLP exporter: {e}")))?;
         // A bad CA path is the operator's to fix, named before anything is exported.
         let sender = Sender::new(Arc::new(LazyClientConfig::new(&config.tls)?), proxies);
+        let runtime = ExportRuntime(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("otlp-export")
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Component(format!("cannot start the OTLP exporter: {e}")))?,
+        ));
+        let handle = match &runtime.0 {
+            Some(runtime) => runtime.handle().clone(),
+            None => unreachable!("the runtime was just built"),
+        };
         let client = || client::Client {
             sender: sender.clone(),
-            runtime: runtime.handle().clone(),
+            runtime: handle.clone(),
             timeout: config.timeout,
         };
         let invalid = |signal: &str, e: &dyn std::fmt::Display| {
@@ -158,45 +123,43 @@ impl Telemetry {
                 .map(|base| format!("{}/{path}", base.trim_end_matches('/')))
         };
         let resource = resource();
-        let tracer_provider = if config.traces {
-            let mut builder = opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_http_client(client());
-            if let Some(protocol) = config.protocol {
-                builder = builder.with_protocol(protocol);
+        let tracer_provider = match config.traces {
+            Some(protocol) => {
+                let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_http_client(client())
+                    .with_protocol(protocol);
+                if let Some(url) = endpoint("v1/traces") {
+                    builder = builder.with_endpoint(url);
+                }
+                let exporter = builder.build().map_err(|e| invalid("trace", &e))?;
+                Some(
+                    SdkTracerProvider::builder()
+                        .with_batch_exporter(exporter)
+                        .with_resource(resource.clone())
+                        .build(),
+                )
             }
-            if let Some(url) = endpoint("v1/traces") {
-                builder = builder.with_endpoint(url);
-            }
-            let exporter = builder.build().map_err(|e| invalid("trace", &e))?;
-            Some(
-                SdkTracerProvider::builder()
-                    .with_batch_exporter(exporter)
-                    .with_resource(resource.clone())
-                    .build(),
-            )
-        } else {
-            None
+            None => None,
         };
-        let meter_provider = if config.metrics {
-            let mut builder = opentelemetry_otlp::MetricExporter::builder()
-                .with_http()
-                .with_http_client(client());
-            if let Some(protocol) = config.protocol {
-                builder = builder.with_protocol(protocol);
+        let meter_provider = match config.metrics {
+            Some(protocol) => {
+                let mut builder = opentelemetry_otlp::MetricExporter::builder()
+                    .with_http()
+                    .with_http_client(client())
+                    .with_protocol(protocol);
+                if let Some(url) = endpoint("v1/metrics") {
+                    builder = builder.with_endpoint(url);
+                }
+                let exporter = builder.build().map_err(|e| invalid("metrics", &e))?;
+                Some(
+                    SdkMeterProvider::builder()
+                        .with_reader(PeriodicReader::builder(exporter).build())
+                        .with_resource(resource)
+                        .build(),
+                )
             }
-            if let Some(url) = endpoint("v1/metrics") {
-                builder = builder.with_endpoint(url);
-            }
-            let exporter = builder.build().map_err(|e| invalid("metrics", &e))?;
-            Some(
-                SdkMeterProvider::builder()
-                    .with_reader(PeriodicReader::builder(exporter).build())
-                    .with_resource(resource)
-                    .build(),
-            )
-        } else {
-            None
+            None => None,
         };
         let meter = match &meter_provider {
             Some(provider) => provider.meter(SCOPE),
@@ -206,8 +169,16 @@ impl Telemetry {
         let [calls, statement, lock_wait, retries, handoffs] = METRICS;
         let instruments = Instruments {
             calls: meter.u64_counter(calls).build(),
-            statement_duration: meter.f64_histogram(statement).with_unit("s").build(),
-            lock_wait: meter.f64_histogram(lock_wait).with_unit("s").build(),
+            statement_duration: meter
+                .f64_histogram(statement)
+                .with_unit("s")
+                .with_boundaries(STATEMENT_BUCKETS.to_vec())
+                .build(),
+            lock_wait: meter
+                .f64_histogram(lock_wait)
+                .with_unit("s")
+                .with_boundaries(LOCK_WAIT_BUCKETS.to_vec())
+                .build(),
             retries: meter.u64_counter(retries).build(),
             handoffs: meter.u64_counter(handoffs).build(),
         };
@@ -216,7 +187,7 @@ impl Telemetry {
             tracer_provider,
             meter_provider,
             instruments,
-            runtime: Mutex::new(Some(runtime)),
+            _runtime: runtime,
         }))
     }
 
@@ -243,32 +214,28 @@ impl Telemetry {
         if let Some(p) = &self.tracer_provider
             && let Err(e) = p.shutdown()
         {
-            tracing::debug!("the trace exporter's shutdown: {e}");
+            tracing::warn!("exporting the last traces failed: {e}");
         }
         if let Some(p) = &self.meter_provider
             && let Err(e) = p.shutdown()
         {
-            tracing::debug!("the metrics exporter's shutdown: {e}");
+            tracing::warn!("exporting the last metrics failed: {e}");
         }
     }
 }
 
-impl Drop for Telemetry {
-    fn drop(&mut self) {
-        // Dropped from async code too, where a runtime may not block.
-        if let Ok(mut runtime) = self.runtime.lock()
-            && let Some(runtime) = runtime.take()
-        {
-            runtime.shutdown_background();
-        }
-    }
-}
-
-/// `service.name` from `OTEL_SERVICE_NAME` (read by the SDK), else this product's; and its
-/// version.
+/// `service.name`: the variables' (`OTEL_SERVICE_NAME`, or `service.name` in
+/// `OTEL_RESOURCE_ATTRIBUTES`, which the SDK reads), else this product's; and its version.
 fn resource() -> Resource {
+    let given = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    let named = given("OTEL_SERVICE_NAME").is_some()
+        || given("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|attributes| {
+            attributes
+                .split(',')
+                .any(|pair| pair.trim_start().starts_with("service.name="))
+        });
     let builder = Resource::builder();
-    let builder = if std::env::var_os("OTEL_SERVICE_NAME").is_some() {
+    let builder = if named {
         builder
     } else {
         builder.with_service_name(SCOPE)
@@ -279,23 +246,50 @@ fn resource() -> Resource {
 }
 
 /// The process's exporter, started once from the standard variables; `None` when they ask for
-/// nothing.
-pub fn from_env(proxies: &Arc<Proxies>) -> Result<Option<Arc<Telemetry>>, Error> {
-    if let Some(started) = PROCESS.get() {
-        return Ok(started.clone());
-    }
-    let started = match TelemetryConfig::from_env(|v| std::env::var(v).ok())? {
-        Some(config) => Some(Telemetry::start(&config, Arc::clone(proxies))?),
-        None => None,
-    };
-    Ok(PROCESS.get_or_init(|| started).clone())
+/// nothing, or for what this host cannot do (a warning names the variable: the environment's
+/// telemetry settings never stop the state backend).
+pub fn from_env(proxies: &Arc<Proxies>) -> Option<Arc<Telemetry>> {
+    PROCESS
+        .get_or_init(|| {
+            let config = match TelemetryConfig::from_env(|v| std::env::var(v).ok()) {
+                Ok(config) => config?,
+                Err(why) => {
+                    tracing::warn!("no traces or metrics: {why}");
+                    return None;
+                }
+            };
+            match Telemetry::start(&config, Arc::clone(proxies)) {
+                Ok(telemetry) => Some(telemetry),
+                Err(e) => {
+                    tracing::warn!("no traces or metrics: {e}");
+                    None
+                }
+            }
+        })
+        .clone()
 }
 
-/// Exports what the process's exporter has recorded so far, if it started (the embedded host,
-/// as Meltano closes a backend: the process itself may end without telling us).
-pub fn flush_process() {
-    if let Some(Some(telemetry)) = PROCESS.get() {
-        telemetry.flush();
+/// Exports what the process's exporter has recorded so far, if it started, waiting at most
+/// `timeout` and 5 s (the embedded host, as Meltano closes a backend: the process itself may
+/// end without telling us); a zero timeout does not wait.
+pub fn flush_process(timeout: Duration) {
+    let timeout = timeout.min(Duration::from_secs(5));
+    let Some(Some(telemetry)) = PROCESS.get() else {
+        return;
+    };
+    let telemetry = Arc::clone(telemetry);
+    let (done, flushed) = mpsc::channel();
+    let flushing = std::thread::Builder::new()
+        .name("otlp-flush".into())
+        .spawn(move || {
+            telemetry.flush();
+            let _ = done.send(());
+        });
+    if flushing.is_ok() && !timeout.is_zero() && flushed.recv_timeout(timeout).is_err() {
+        tracing::warn!(
+            "the collector did not take the last traces and metrics within {} s",
+            timeout.as_secs_f64()
+        );
     }
 }
 
@@ -307,66 +301,3 @@ pub fn shutdown_process() {
 }
 
 static PROCESS: OnceLock<Option<Arc<Telemetry>>> = OnceLock::new();
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(vars: &[(&str, &str)]) -> Result<Option<TelemetryConfig>, Error> {
-        TelemetryConfig::from_env(|name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.to_string())
-        })
-    }
-
-    #[test]
-    fn nothing_is_exported_unless_an_endpoint_is_set() {
-        assert!(config(&[]).unwrap().is_none());
-        assert!(config(&[("OTEL_SERVICE_NAME", "x")]).unwrap().is_none());
-        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
-        let both = config(&[endpoint]).unwrap().unwrap();
-        assert!(both.traces && both.metrics);
-        assert!(
-            config(&[endpoint, ("OTEL_SDK_DISABLED", "true")])
-                .unwrap()
-                .is_none()
-        );
-        let traces_only = config(&[endpoint, ("OTEL_METRICS_EXPORTER", "none")])
-            .unwrap()
-            .unwrap();
-        assert!(traces_only.traces && !traces_only.metrics);
-        assert!(
-            config(&[
-                endpoint,
-                ("OTEL_METRICS_EXPORTER", "none"),
-                ("OTEL_TRACES_EXPORTER", "none")
-            ])
-            .unwrap()
-            .is_none()
-        );
-        let metrics_only = config(&[(
-            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-            "http://127.0.0.1:4318/v1/metrics",
-        )])
-        .unwrap()
-        .unwrap();
-        assert!(!metrics_only.traces && metrics_only.metrics);
-    }
-
-    #[test]
-    fn grpc_and_a_bad_timeout_are_named() {
-        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317");
-        let grpc = config(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).unwrap_err();
-        assert!(grpc.to_string().contains("http/protobuf"), "{grpc}");
-        let timeout = config(&[endpoint, ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]).unwrap_err();
-        assert!(
-            timeout.to_string().contains("OTEL_EXPORTER_OTLP_TIMEOUT"),
-            "{timeout}"
-        );
-        let ms = config(&[endpoint, ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")])
-            .unwrap()
-            .unwrap();
-        assert_eq!(ms.timeout, Duration::from_millis(2500));
-    }
-}

@@ -83,6 +83,16 @@ impl Recorder {
         }
     }
 
+    /// A call of its own (`operation`), unless it is part of a call in progress (a writers
+    /// read that explains a `locked` error); whether it began, and so is to be ended.
+    pub fn begin_unless_in_call(&self, operation: &'static str) -> bool {
+        if self.with_call(|call| call.is_some()) {
+            return false;
+        }
+        self.begin(operation);
+        true
+    }
+
     /// The call ends, with the error it failed with.
     pub fn end(&self, error: Option<&Error>) {
         let Some(call) = self.with_call(Option::take) else {

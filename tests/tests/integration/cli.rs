@@ -729,22 +729,50 @@ async fn the_cli_exports_traces_and_metrics_when_the_standard_variables_say_so()
         "{:#?}",
         receiver.exports()
     );
-    // A bad variable is named before anything runs, and nothing is written.
-    let mut grpc = cli.command();
-    grpc.env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        .args(["set", "dev:otel-grpc", r#"{"singer_state":{}}"#]);
-    let refused = tokio::task::spawn_blocking(move || grpc.output().expect("runs"))
+    assert!(
+        receiver
+            .exports()
+            .iter()
+            .all(|e| e.content_type == "application/json"),
+        "as the variable says"
+    );
+    // The protocol's default is http/protobuf.
+    let protobuf = integration_tests::otlp::Receiver::start().await;
+    let mut command = cli.command();
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", protobuf.endpoint())
+        .args(["get", "dev:otel"]);
+    let out = tokio::task::spawn_blocking(move || command.output().expect("runs"))
         .await
         .expect("the CLI's task");
-    assert!(!refused.status.success());
+    assert!(out.status.success(), "{}", printed(&out));
+    let exports = protobuf.exports();
+    assert!(!exports.is_empty());
     assert!(
-        stderr(&refused).contains("http/protobuf"),
-        "{}",
-        printed(&refused)
+        exports
+            .iter()
+            .all(|e| e.content_type == "application/x-protobuf"),
+        "{exports:#?}"
     );
+    // A value meant for another tool of the environment (gRPC) is named in a warning, and the
+    // state backend works on without traces.
+    let unheard = integration_tests::otlp::Receiver::start().await;
+    let mut grpc = cli.command();
+    grpc.env("OTEL_EXPORTER_OTLP_ENDPOINT", unheard.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .args(["set", "dev:otel-grpc", r#"{"singer_state":{}}"#]);
+    let warned = tokio::task::spawn_blocking(move || grpc.output().expect("runs"))
+        .await
+        .expect("the CLI's task");
+    assert!(warned.status.success(), "{}", printed(&warned));
+    let warning = stderr(&warned);
+    assert!(
+        warning.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && warning.contains("http/protobuf"),
+        "{warning}"
+    );
+    assert!(unheard.exports().is_empty());
     let listed = cli.run(&["list"]);
-    assert!(!String::from_utf8_lossy(&listed.stdout).contains("dev:otel-grpc"));
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("dev:otel-grpc"));
 }
 
 fn waiter_names_holder(err: &str, owner: &str) -> bool {

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use integration_tests::state_host::telemetry::{LOCK_WAIT_BUCKETS, STATEMENT_BUCKETS};
+
 use integration_tests::otlp::{Receiver, attribute};
 use integration_tests::state_host::http::proxy::Proxies;
 use integration_tests::state_host::telemetry::{Protocol, Telemetry, TelemetryConfig};
@@ -15,10 +17,8 @@ use serde_json::Value;
 fn exporting_to(receiver: &Receiver) -> Arc<Telemetry> {
     let config = TelemetryConfig {
         endpoint: Some(receiver.endpoint()),
-        traces: true,
-        metrics: true,
-        protocol: Some(Protocol::HttpJson),
-        timeout: Duration::from_secs(10),
+        traces: Some(Protocol::HttpJson),
+        metrics: Some(Protocol::HttpJson),
         ..TelemetryConfig::default()
     };
     Telemetry::start(&config, Arc::new(Proxies::none())).expect("the exporter starts")
@@ -242,6 +242,24 @@ async fn a_set_a_merge_under_contention_and_a_failed_call_reach_the_receiver() {
         assert_eq!(logged.trim(), "1", "query {query_id} in system.query_log");
     }
 
+    // A body's bytes are counted as they go: the lock log's rows travel in the body.
+    let appended = spans
+        .iter()
+        .filter(|s| {
+            attribute(s, "db.collection.name") == Some(format!("{}_lock_log", table.qualified()))
+                && attribute(s, "db.operation.name").as_deref() == Some("INSERT")
+        })
+        .map(|s| {
+            attribute(s, "http.request.body.size")
+                .and_then(|b| b.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        !appended.is_empty() && appended.iter().all(|&b| b > 20 && b < 4096),
+        "{appended:?}"
+    );
+
     // The merge: the waiter's update waited, naming the keeper's grant, and succeeded.
     let waits = named(&spans, "lock wait");
     assert!(!waits.is_empty(), "no lock wait: {spans:#?}");
@@ -285,15 +303,33 @@ async fn a_set_a_merge_under_contention_and_a_failed_call_reach_the_receiver() {
         events.iter().filter(|e| e["name"] == "retry").count()
     });
     assert!(retries >= 1, "{:#}", failed[0]);
+    let attempts = children(&spans, failed[0]);
+    assert_eq!(
+        attempts.len(),
+        retries + 1,
+        "a statement per try: {attempts:#?}"
+    );
     assert!(
-        children(&spans, failed[0])
-            .iter()
-            .all(|s| s["status"]["code"] == 2 || s["status"]["code"] == "STATUS_CODE_ERROR"),
-        "each statement of the failed call failed: {spans:#?}"
+        attempts.iter().all(
+            |s| s["status"]["code"] == 2 && attribute(s, "http.response.status_code").is_none()
+        ),
+        "each try failed without an answer: {attempts:#?}"
     );
 
-    // The metrics.
+    // The metrics; the histograms in seconds, with buckets that tell statements apart.
     let operation = "state_backend.operation";
+    for (name, buckets) in [
+        ("state_backend.statement.duration", &STATEMENT_BUCKETS[..]),
+        ("state_backend.lock.wait.duration", &LOCK_WAIT_BUCKETS[..]),
+    ] {
+        for point in points(&metrics, name) {
+            let bounds: Vec<f64> = point["explicitBounds"]
+                .as_array()
+                .map(|b| b.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default();
+            assert_eq!(bounds, buckets, "{name}: {point:#}");
+        }
+    }
     assert_eq!(total(&metrics, "state_backend.calls", operation, "set"), 1);
     assert!(
         total(
