@@ -402,16 +402,13 @@ baseline-component: setup
         git worktree prune
         git worktree add --quiet --detach "$src" "$commit"
         echo "baseline: building the component of $commit" >&2
-        target="{{justfile_directory()}}/target"
-        built=$target/wasm32-wasip2/release-guest/clickhouse_state.wasm
+        # A target directory of its own: in the shared one, the baseline's crates would take
+        # the place of this tree's (same names, same hashes) and the next `just guest` would
+        # build this guest against them.
+        target="{{justfile_directory()}}/target/baseline"
         mkdir -p .local/baseline
-        ours=""
-        if [[ -f $built ]]; then ours=.local/baseline/head.wasm; cp "$built" "$ours"; fi
-        (cd "$src" && CARGO_TARGET_DIR="$target" cargo build --quiet -p clickhouse-state-guest --target wasm32-wasip2 --profile release-guest) ||
-            { [[ -n $ours ]] && mv "$ours" "$built"; exit 1; }
-        cp "$built" "$out.tmp"
-        # A new file, not a write through cargo's hard link into deps/
-        if [[ -n $ours ]]; then rm -f "$built"; mv "$ours" "$built"; fi
+        (cd "$src" && CARGO_TARGET_DIR="$target" cargo build --quiet -p clickhouse-state-guest --target wasm32-wasip2 --profile release-guest)
+        cp "$target/wasm32-wasip2/release-guest/clickhouse_state.wasm" "$out.tmp"
         {{python}} "$src/guest/optimize.py" "$out.tmp" >&2
         mv "$out.tmp" "$out"
         git worktree remove --force "$src"

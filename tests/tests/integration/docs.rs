@@ -74,6 +74,8 @@ fn one_version_for_crates_wheel_cli_and_readme() {
     );
     for member in [
         "contract",
+        "protocol",
+        "seal",
         "host",
         "guest",
         "model",
@@ -87,7 +89,7 @@ fn one_version_for_crates_wheel_cli_and_readme() {
         );
     }
     assert!(workspace.contains(
-        r#"members = ["contract", "protocol", "host", "guest", "model", "tests", "tests/guests/evil"]"#
+        r#"members = ["contract", "protocol", "seal", "host", "guest", "model", "tests", "tests/guests/evil"]"#
     ));
     // maturin gives the wheel the host crate's version when the project leaves it dynamic.
     let pyproject = read("python/pyproject.toml");

@@ -226,6 +226,7 @@ fn no_source_file_is_over_500_lines_before_its_tests() {
     for dir in [
         "contract/src",
         "protocol/src",
+        "seal/src",
         "guest/src",
         "host/src",
         "model/src",
