@@ -379,9 +379,14 @@ impl Backend {
         let traced = self.trace_begin_unless_in_call("diagnose");
         let guest = self.bindings.meltano_state_backend_backend().store();
         let found = guest.call_diagnose(&mut self.sandbox, self.handle).await;
-        let found = end_call(&mut self.sandbox, found);
-        self.trace_end_if(traced, &found);
-        let found = found?;
+        let found = match end_call(&mut self.sandbox, found) {
+            Ok(found) => found,
+            Err(e) => {
+                let failed = Err(e);
+                self.trace_end_if(traced, &failed);
+                return failed;
+            }
+        };
         let checks = found.checks.into_iter().map(Check::from).collect();
         let mut unreleased: Vec<LockInfo> =
             found.unreleased.into_iter().map(info_from_wit).collect();
@@ -398,6 +403,7 @@ impl Backend {
                 .and_then(|i| who.get(i).cloned())
                 .map(Box::new);
         }
+        self.trace_end_if(traced, &Ok(()));
         Ok(Diagnosis { checks, unreleased })
     }
 

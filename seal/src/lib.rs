@@ -6,11 +6,13 @@
 //!
 //! A sealed value is text, as the columns hold JSON:
 //! `sealed:1:<key id>:<base64 of nonce ‖ ciphertext ‖ tag>`.
-//! - The key id is the key's check value, the first 4 bytes of AES-256 of a zero block under
-//!   the key, in hex: it names the key and tells nothing of it.
+//! - The key id is the first 4 bytes of HMAC-SHA256 of a label of its own under the key, in hex:
+//!   it names the key and tells nothing of it (not AES of a zero block, a key check value, which
+//!   in GCM is the hash key H itself).
 //! - The nonce is 96 bits of the host's `wasi:random`, fresh for every value.
-//! - The associated data binds the value to its place: the table, the state id and the part.
-//!   A sealed value moved to another id, table or part does not open.
+//! - The associated data binds the value to its place: the table, the state id, the part and
+//!   the version (the row's time). A sealed value moved to another id, table or part does not
+//!   open, nor an older one put back as a newer version.
 //!
 //! A value without the prefix is plain (written before a key was set) and reads as it is, so a
 //! fleet turns sealing on without moving its state.
@@ -18,11 +20,14 @@
 use std::borrow::Cow;
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
-use aes_gcm::aes::Aes256;
-use aes_gcm::aes::cipher::{BlockEncrypt, generic_array::GenericArray};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// What the key id is the HMAC of.
+const KEY_ID_LABEL: &[u8] = b"meltano-state/1 key id";
 
 /// What every sealed value starts with: the envelope's version is the `1`.
 pub const PREFIX: &str = "sealed:1:";
@@ -37,9 +42,13 @@ pub enum Part {
 /// Where a value is stored: what its associated data binds it to.
 #[derive(Debug, Clone, Copy)]
 pub struct Place<'a> {
+    /// The state table's qualified name, for its history's rows too (its view copies them
+    /// into the state table as they are).
     pub table: &'a str,
     pub state_id: &'a str,
     pub part: Part,
+    /// The row's version (its time in unix ms).
+    pub version_ms: u64,
 }
 
 impl Place<'_> {
@@ -48,13 +57,14 @@ impl Place<'_> {
             Part::Partial => "partial",
             Part::Completed => "completed",
         };
-        // NUL cannot be in a table's name; an id's length goes first, so that no id and table
-        // can be shifted into another pair.
+        // Each text goes after its length, so that no two places give the same bytes.
         format!(
-            "meltano-state/1\0{}\0{}\0{}\0{part}",
+            "meltano-state/1 {}:{} {}:{} {part} {}",
+            self.table.len(),
             self.table,
             self.state_id.len(),
-            self.state_id
+            self.state_id,
+            self.version_ms
         )
         .into_bytes()
     }
@@ -82,11 +92,13 @@ impl Key {
                 bytes.len()
             ));
         }
-        let mut block = GenericArray::default();
-        Aes256::new_from_slice(bytes)
-            .map_err(|_| "a key is 32 bytes".to_string())?
-            .encrypt_block(&mut block);
-        let id = block[..4].iter().map(|b| format!("{b:02x}")).collect();
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(bytes)
+            .map_err(|_| "a key is 32 bytes".to_string())?;
+        mac.update(KEY_ID_LABEL);
+        let id = mac.finalize().into_bytes()[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         let cipher =
             Aes256Gcm::new_from_slice(bytes).map_err(|_| "a key is 32 bytes".to_string())?;
         Ok(Key { id, cipher })
@@ -104,8 +116,9 @@ impl Key {
         &self.id
     }
 
-    /// `plaintext` sealed for `place` with `nonce` (fresh for every value).
-    pub fn seal(&self, place: Place, plaintext: &str, nonce: [u8; 12]) -> String {
+    /// `plaintext` sealed for `place` with `nonce`, which must be fresh for every value (96
+    /// random bits: the guest's `wasi:random`); `None` past what AES-GCM seals in one value.
+    pub fn seal(&self, place: Place, plaintext: &str, nonce: [u8; 12]) -> Option<String> {
         let aad = place.associated_data();
         let sealed = self
             .cipher
@@ -116,12 +129,11 @@ impl Key {
                     aad: &aad,
                 },
             )
-            // aes-gcm fails only past 64 GiB in one value.
-            .unwrap_or_default();
+            .ok()?;
         let mut body = Vec::with_capacity(12 + sealed.len());
         body.extend_from_slice(&nonce);
         body.extend_from_slice(&sealed);
-        format!("{PREFIX}{}:{}", self.id, BASE64.encode(body))
+        Some(format!("{PREFIX}{}:{}", self.id, BASE64.encode(body)))
     }
 
     fn open(&self, place: Place, body: &[u8]) -> Option<String> {
@@ -184,11 +196,16 @@ impl Keys {
         self.primary.is_some()
     }
 
-    /// `plaintext`, sealed for `place` when a key is set.
-    pub fn seal<'v>(&self, place: Place, plaintext: &'v str, nonce: [u8; 12]) -> Cow<'v, str> {
+    /// `plaintext`, sealed for `place` when a key is set; `None` when it cannot be.
+    pub fn seal<'v>(
+        &self,
+        place: Place,
+        plaintext: &'v str,
+        nonce: [u8; 12],
+    ) -> Option<Cow<'v, str>> {
         match &self.primary {
-            Some(key) => Cow::Owned(key.seal(place, plaintext, nonce)),
-            None => Cow::Borrowed(plaintext),
+            Some(key) => key.seal(place, plaintext, nonce).map(Cow::Owned),
+            None => Some(Cow::Borrowed(plaintext)),
         }
     }
 
@@ -227,6 +244,7 @@ mod tests {
             table: "meltano.state",
             state_id: id,
             part: Part::Completed,
+            version_ms: 1_796_000_000_000,
         }
     }
 
@@ -242,7 +260,7 @@ mod tests {
     #[test]
     fn a_sealed_value_opens_at_its_place_and_shows_nothing_of_its_text() {
         let keys = keys(A, None);
-        let sealed = keys.seal(place("dev:a"), BOOKMARK, [7; 12]);
+        let sealed = keys.seal(place("dev:a"), BOOKMARK, [7; 12]).unwrap();
         assert!(sealed.starts_with(PREFIX), "{sealed}");
         assert!(
             !sealed.contains("acme") && !sealed.contains("orders"),
@@ -250,7 +268,10 @@ mod tests {
         );
         assert_eq!(keys.open(place("dev:a"), &sealed).unwrap(), BOOKMARK);
         // a fresh nonce, another text
-        assert_ne!(keys.seal(place("dev:a"), BOOKMARK, [8; 12]), sealed);
+        assert_ne!(
+            keys.seal(place("dev:a"), BOOKMARK, [8; 12]).unwrap(),
+            sealed
+        );
     }
 
     #[test]
@@ -261,7 +282,7 @@ mod tests {
             BOOKMARK
         );
         assert_eq!(
-            Keys::default().seal(place("x"), BOOKMARK, [0; 12]),
+            Keys::default().seal(place("x"), BOOKMARK, [0; 12]).unwrap(),
             BOOKMARK
         );
     }
@@ -269,7 +290,10 @@ mod tests {
     #[test]
     fn a_flipped_byte_another_place_and_a_wrong_key_are_refused() {
         let keys_a = keys(A, None);
-        let sealed = keys_a.seal(place("dev:a"), BOOKMARK, [1; 12]).into_owned();
+        let sealed = keys_a
+            .seal(place("dev:a"), BOOKMARK, [1; 12])
+            .unwrap()
+            .into_owned();
         let id = Key::from_base64(A).unwrap().id().to_string();
         // each byte of the body flipped in turn
         let (head, body) = sealed.rsplit_once(':').unwrap();
@@ -293,7 +317,11 @@ mod tests {
             part: Part::Partial,
             ..place("dev:a")
         };
-        for elsewhere in [place("dev:b"), other_table, other_part] {
+        let other_version = Place {
+            version_ms: 1_796_000_000_001,
+            ..place("dev:a")
+        };
+        for elsewhere in [place("dev:b"), other_table, other_part, other_version] {
             assert!(matches!(
                 keys_a.open(elsewhere, &sealed),
                 Err(Refused::Tampered { .. })
@@ -314,10 +342,13 @@ mod tests {
     #[test]
     fn the_fallback_key_opens_what_the_old_key_sealed() {
         let old = keys(A, None);
-        let sealed = old.seal(place("dev:a"), BOOKMARK, [3; 12]).into_owned();
+        let sealed = old
+            .seal(place("dev:a"), BOOKMARK, [3; 12])
+            .unwrap()
+            .into_owned();
         let rotated = keys(B, Some(A));
         assert_eq!(rotated.open(place("dev:a"), &sealed).unwrap(), BOOKMARK);
-        let resealed = rotated.seal(place("dev:a"), BOOKMARK, [4; 12]);
+        let resealed = rotated.seal(place("dev:a"), BOOKMARK, [4; 12]).unwrap();
         assert!(resealed.contains(Key::from_base64(B).unwrap().id()));
     }
 

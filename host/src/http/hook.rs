@@ -117,7 +117,9 @@ impl WasiHttpHooks for OutgoingHook {
         if let Err(refused) = self.policy.check(request.uri()) {
             tracing::warn!(target: "egress", authority = %refused, "request denied: not an allowed ClickHouse endpoint");
             if let Some(statement) = statement {
-                statement.finish::<()>(Err(format!("denied by the host's policy: {refused}")));
+                // Not the refused URI: without an authority it is the whole request, query
+                // string included.
+                statement.finish::<()>(Err("denied by the host's policy".into()));
             }
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }

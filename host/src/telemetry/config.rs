@@ -58,6 +58,10 @@ impl TelemetryConfig {
         let general = set("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
         let mut protocols = [None, None];
         for (signal, protocol) in SIGNALS.iter().zip(&mut protocols) {
+            // No endpoint for this signal: its other variables are another tool's business.
+            if !general && set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")).is_none() {
+                continue;
+            }
             let exporter = format!("OTEL_{signal}_EXPORTER");
             match set(&exporter).map(|e| e.to_ascii_lowercase()).as_deref() {
                 None | Some("otlp") => {}
@@ -67,9 +71,6 @@ impl TelemetryConfig {
                         "{exporter}={other:?}: this host exports OTLP only (`otlp`, or `none`)"
                     ));
                 }
-            }
-            if !general && set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")).is_none() {
-                continue;
             }
             let own = format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL");
             let (name, value) = match set(&own) {
@@ -133,6 +134,12 @@ mod tests {
     fn nothing_is_exported_unless_an_endpoint_is_set() {
         assert!(config(&[]).unwrap().is_none());
         assert!(config(&[("OTEL_SERVICE_NAME", "x")]).unwrap().is_none());
+        // Another tool's exporter, with no endpoint for this host: nothing to say.
+        assert!(
+            config(&[("OTEL_TRACES_EXPORTER", "console")])
+                .unwrap()
+                .is_none()
+        );
         let both = config(&[ENDPOINT]).unwrap().unwrap();
         assert_eq!(
             (both.traces, both.metrics),

@@ -230,9 +230,10 @@ fn resource() -> Resource {
     let given = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
     let named = given("OTEL_SERVICE_NAME").is_some()
         || given("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|attributes| {
-            attributes
-                .split(',')
-                .any(|pair| pair.trim_start().starts_with("service.name="))
+            attributes.split(',').any(|pair| {
+                pair.split_once('=')
+                    .is_some_and(|(k, _)| k.trim() == "service.name")
+            })
         });
     let builder = Resource::builder();
     let builder = if named {
